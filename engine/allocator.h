@@ -1,0 +1,78 @@
+// Allocators with accounting and an optional limit.
+//
+// Every byte a tensor owns comes from an Allocator, which counts the bytes in use (current), the
+// most ever in use (peak) and refuses an allocation that would pass its limit with an
+// OutOfMemoryError naming the device, the request, the limit and the peak:
+//
+//   out of memory on cpu: cannot allocate 512.00 MiB (limit 1.00 GiB, in use 600.00 MiB,
+//   peak 600.00 MiB)
+//
+// A limit lets memory planning (swap, recompute, job arrays) be tested on the CPU as on a GPU.
+// Allocators are passed explicitly (ExecContext::allocator()); default_cpu_allocator() is the one
+// used when nothing else is given.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "engine/device.h"
+
+namespace strata {
+
+struct MemoryStats {
+  size_t current = 0;      // bytes in use
+  size_t peak = 0;         // the most bytes ever in use (since the last reset_peak)
+  size_t limit = 0;        // 0: no limit
+  size_t allocations = 0;  // allocations served
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Never returns null: throws OutOfMemoryError instead. `what` (an op or tensor name) goes
+  // into the error when given.
+  virtual void* allocate(size_t nbytes, const char* what = nullptr) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual Device device() const = 0;
+
+  MemoryStats stats() const;
+  // 0 removes the limit. A limit below the bytes in use only refuses later allocations.
+  void set_limit(size_t bytes) { limit_.store(bytes); }
+  size_t limit() const { return limit_.load(); }
+  void reset_peak() { peak_.store(current_.load()); }
+
+ protected:
+  // Accounting shared by all allocators: reserve() throws OutOfMemoryError when the limit would
+  // be passed; release() returns bytes.
+  void reserve(size_t nbytes, const char* what);
+  void release(size_t nbytes);
+  [[noreturn]] void throw_out_of_memory(size_t nbytes, const char* what, const char* reason) const;
+
+ private:
+  std::atomic<size_t> current_{0};
+  std::atomic<size_t> peak_{0};
+  std::atomic<size_t> limit_{0};
+  std::atomic<size_t> allocations_{0};
+};
+
+// 64-byte aligned host memory from the C library.
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes, const char* what = nullptr) override;
+  void deallocate(void* ptr, size_t nbytes) override;
+  Device device() const override { return Device::cpu(); }
+};
+
+// The process's default CPU allocator (used when a caller gives none).
+CpuAllocator& default_cpu_allocator();
+
+// "512MiB", "2GiB", "1.5GB", "1000000" (bytes) -> bytes. Units: B, KB/MB/GB/TB (powers of 1000),
+// KiB/MiB/GiB/TiB (powers of 1024), K/M/G/T taken as KiB/MiB/GiB/TiB. Throws strata::Error
+// naming the text otherwise.
+size_t parse_bytes(const std::string& text);
+// 1536 -> "1.50 KiB"
+std::string format_bytes(size_t bytes);
+
+}  // namespace strata

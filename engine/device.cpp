@@ -1,0 +1,50 @@
+#include "engine/device.h"
+
+#include <cstdlib>
+
+#include "engine/check.h"
+#include "engine/cuda_runtime.h"
+
+namespace strata {
+
+std::string Device::str() const {
+  if (type == DeviceType::kCPU) return "cpu";
+  return "cuda:" + std::to_string(index);
+}
+
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "cuda") return Device::cuda(0);
+  if (text.rfind("cuda:", 0) == 0) {
+    const std::string digits = text.substr(5);
+    char* end = nullptr;
+    const long index = std::strtol(digits.c_str(), &end, 10);
+    STRATA_CHECK(!digits.empty() && end != nullptr && *end == '\0' && index >= 0 && index < 1024)
+        << "bad device '" << text << "': expected cpu, cuda or cuda:N";
+    return Device::cuda(static_cast<int>(index));
+  }
+  STRATA_THROW() << "bad device '" << text << "': expected cpu, cuda or cuda:N";
+}
+
+int cuda_device_count() { return cuda::device_count(); }
+
+std::string cuda_device_name(int index) { return cuda::device_name(index); }
+
+std::vector<std::string> available_devices() {
+  std::vector<std::string> devices{"cpu"};
+  const int n = cuda_device_count();
+  for (int i = 0; i < n; ++i) devices.push_back(Device::cuda(i).str());
+  return devices;
+}
+
+void check_device_available(const Device& device) {
+  if (device.is_cpu()) return;
+  const int n = cuda_device_count();
+  if (device.index < n) return;
+  std::string list;
+  for (const std::string& d : available_devices()) list += (list.empty() ? "" : ", ") + d;
+  STRATA_THROW() << "device " << device.str() << " does not exist here; available: " << list
+                 << (cuda::built_with_cuda() ? "" : " (this build has no CUDA support)");
+}
+
+}  // namespace strata

@@ -1,0 +1,22 @@
+// Top-k accuracy counts.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/exec_context.h"
+#include "engine/tensor.h"
+
+namespace strata::ops {
+
+// Number of rows whose target is among the k largest logits. Ties are broken as a stable
+// descending sort would: class j ranks before the target t when logit_j > logit_t, or when
+// logit_j == logit_t and j < t. Rows with target == ignore_index are not counted.
+// logits: (N, C) f32/f64; targets: (N,) i32/i64; 1 <= k <= C.
+int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targets, int64_t k,
+                     int64_t ignore_index = -100);
+
+namespace cpu {
+int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targets, int64_t k,
+                     int64_t ignore_index);
+}  // namespace cpu
+}  // namespace strata::ops

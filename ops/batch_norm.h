@@ -1,0 +1,50 @@
+// Batch normalization over (B, C, ...) with per-channel statistics (dimension 1 is the channel).
+//
+// Training: normalize with the batch's mean and biased variance; update the running statistics
+// in place as running = (1 - momentum) running + momentum batch, with the *unbiased* batch
+// variance for running_var (PyTorch's convention). Evaluation: normalize with the running
+// statistics. Inside a pipeline the "batch" is the micro-batch.
+#pragma once
+
+#include "engine/exec_context.h"
+#include "engine/tensor.h"
+
+namespace strata::ops {
+
+struct BatchNormTrainResult {
+  Tensor y;           // like x
+  Tensor save_mean;   // (C,) batch mean
+  Tensor save_invstd; // (C,) 1 / sqrt(batch var + eps)
+};
+
+// x: (B, C) or (B, C, ...spatial); gamma, beta, running_mean, running_var: (C,).
+// gamma/beta may be undefined (no affine transform). running_mean/running_var may be undefined
+// (no running statistics kept); otherwise they are updated in place.
+BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& running_mean,
+                                              const Tensor& running_var, double momentum,
+                                              double eps);
+Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                               const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, double eps);
+// Backward of the training-mode forward. Returns dx; accumulates dgamma (+=) and dbeta (+=)
+// when defined.
+Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                           const Tensor& gamma, const Tensor& save_mean,
+                           const Tensor& save_invstd, const Tensor& dgamma, const Tensor& dbeta);
+
+namespace cpu {
+BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& running_mean,
+                                              const Tensor& running_var, double momentum,
+                                              double eps);
+Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                               const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, double eps);
+Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                           const Tensor& gamma, const Tensor& save_mean,
+                           const Tensor& save_invstd, const Tensor& dgamma, const Tensor& dbeta);
+}  // namespace cpu
+}  // namespace strata::ops

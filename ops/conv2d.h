@@ -1,0 +1,42 @@
+// 2-D convolution (cross-correlation, as in every framework), NCHW.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/exec_context.h"
+#include "engine/tensor.h"
+
+namespace strata::ops {
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;  // zero padding on each side
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;  // C and OC must both be divisible by groups
+};
+
+// Output size of one spatial dimension: (in + 2 pad - dilation (k - 1) - 1) / stride + 1.
+int64_t conv2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                           int64_t dilation);
+
+// y = conv2d(x, weight) + bias
+//   x: (B, C, H, W), weight: (OC, C / groups, KH, KW), bias: (OC,) or undefined
+//   y: (B, OC, OH, OW)
+// f32 or f64; contiguous.
+Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Conv2dParams& params);
+
+// Returns dx (undefined when !need_dx); accumulates dweight (+=) and dbias (+=, the sum of dy
+// over B, OH, OW); either may be undefined (not needed).
+Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
+                       bool need_dx = true);
+
+namespace cpu {
+Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Conv2dParams& params);
+Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
+                       bool need_dx);
+}  // namespace cpu
+}  // namespace strata::ops

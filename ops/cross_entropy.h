@@ -1,0 +1,45 @@
+// Cross-entropy from logits, fused with log-softmax, with ignore index and label smoothing
+// (PyTorch's definitions):
+//
+//   q = (1 - eps) onehot(target) + eps / V        (eps = label_smoothing)
+//   loss_i = -sum_j q_j log softmax(logits_i)_j    rows whose target == ignore_index add 0
+//   loss = sum_i loss_i / normalizer
+//
+// The normalizer is what makes micro-batching exact: a pipeline passes the number of counted
+// targets in the whole global batch, so the micro-batch losses add up to the global mean.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/exec_context.h"
+#include "engine/tensor.h"
+
+namespace strata::ops {
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;  // in [0, 1)
+  // Divides the summed loss. 0: the number of targets in this call that are not ignored (a call
+  // where every target is ignored then gives loss 0).
+  double normalizer = 0.0;
+};
+
+// Number of targets that are not ignore_index.
+int64_t count_targets(const Tensor& targets, int64_t ignore_index);
+
+// logits: (N, V) f32/f64; targets: (N,) i32/i64, each in [0, V) or ignore_index (anything else
+// is an error naming the row and value). Returns the loss as a scalar tensor of shape () in
+// logits' dtype.
+Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
+                             const CrossEntropyOptions& options);
+// dlogits = dloss * (softmax(logits) - q) / normalizer for counted rows, 0 for ignored rows.
+Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyOptions& options, double dloss = 1.0);
+
+namespace cpu {
+Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
+                             const CrossEntropyOptions& options);
+Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyOptions& options, double dloss);
+}  // namespace cpu
+}  // namespace strata::ops

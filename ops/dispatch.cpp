@@ -1,0 +1,277 @@
+// The dispatch table: every op that has a per-device kernel, listed by hand, one row each.
+//
+// A row names the op and its kernel per device; a public op function in `strata::ops` routes to
+// the row's kernel for the ExecContext's device. A device whose column is empty fails with an
+// error naming the op and the device. Ops built from other ops (add_backward, clip_grad_norm, ...)
+// live in their op's .cpp and need no row.
+#include <utility>
+
+#include "engine/check.h"
+#include "ops/accuracy.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/batch_norm.h"
+#include "ops/conv2d.h"
+#include "ops/cross_entropy.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/layer_norm.h"
+#include "ops/matmul.h"
+#include "ops/optimizer.h"
+#include "ops/pooling.h"
+#include "ops/shape_ops.h"
+#include "ops/softmax.h"
+
+namespace strata::ops {
+namespace {
+
+template <typename Fn>
+struct OpRow {
+  const char* name;
+  Fn* cpu;
+  Fn* cuda;
+};
+
+template <typename T>
+struct NoDeduce {
+  using type = T;
+};
+
+// The CUDA column does not take part in deducing the kernel type, so it may be nullptr.
+template <typename Fn>
+constexpr OpRow<Fn> row(const char* name, Fn* cpu, typename NoDeduce<Fn>::type* cuda) {
+  return OpRow<Fn>{name, cpu, cuda};
+}
+
+template <typename Fn, typename... Args>
+decltype(auto) call(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
+  Fn* kernel = nullptr;
+  switch (ctx.device().type) {
+    case DeviceType::kCPU: kernel = r.cpu; break;
+    case DeviceType::kCUDA: kernel = r.cuda; break;
+  }
+  STRATA_CHECK(kernel != nullptr) << "op " << r.name << " has no kernel for "
+                                  << ctx.device().str() << " in this build";
+  return kernel(ctx, std::forward<Args>(args)...);
+}
+
+// ---- the table ---------------------------------------------------------------------------------
+//                         name                            cpu                               cuda
+const auto kMatmul = row("matmul", cpu::matmul, nullptr);
+const auto kMatmulBackward = row("matmul_backward", cpu::matmul_backward, nullptr);
+const auto kLinearForward = row("linear_forward", cpu::linear_forward, nullptr);
+const auto kLinearBackward = row("linear_backward", cpu::linear_backward, nullptr);
+const auto kConv2dForward = row("conv2d_forward", cpu::conv2d_forward, nullptr);
+const auto kConv2dBackward = row("conv2d_backward", cpu::conv2d_backward, nullptr);
+const auto kMaxPool2dForward = row("max_pool2d_forward", cpu::max_pool2d_forward, nullptr);
+const auto kMaxPool2dBackward = row("max_pool2d_backward", cpu::max_pool2d_backward, nullptr);
+const auto kAvgPool2dForward = row("avg_pool2d_forward", cpu::avg_pool2d_forward, nullptr);
+const auto kAvgPool2dBackward = row("avg_pool2d_backward", cpu::avg_pool2d_backward, nullptr);
+const auto kAdaptiveAvgPool2dForward =
+    row("adaptive_avg_pool2d_forward", cpu::adaptive_avg_pool2d_forward, nullptr);
+const auto kAdaptiveAvgPool2dBackward =
+    row("adaptive_avg_pool2d_backward", cpu::adaptive_avg_pool2d_backward, nullptr);
+const auto kBatchNormForwardTrain =
+    row("batch_norm_forward_train", cpu::batch_norm_forward_train, nullptr);
+const auto kBatchNormForwardEval =
+    row("batch_norm_forward_eval", cpu::batch_norm_forward_eval, nullptr);
+const auto kBatchNormBackward = row("batch_norm_backward", cpu::batch_norm_backward, nullptr);
+const auto kLayerNormForward = row("layer_norm_forward", cpu::layer_norm_forward, nullptr);
+const auto kLayerNormBackward = row("layer_norm_backward", cpu::layer_norm_backward, nullptr);
+const auto kReluForward = row("relu_forward", cpu::relu_forward, nullptr);
+const auto kReluBackward = row("relu_backward", cpu::relu_backward, nullptr);
+const auto kGeluForward = row("gelu_forward", cpu::gelu_forward, nullptr);
+const auto kGeluBackward = row("gelu_backward", cpu::gelu_backward, nullptr);
+const auto kDropoutForward = row("dropout_forward", cpu::dropout_forward, nullptr);
+const auto kDropoutBackward = row("dropout_backward", cpu::dropout_backward, nullptr);
+const auto kSoftmaxForward = row("softmax_forward", cpu::softmax_forward, nullptr);
+const auto kSoftmaxBackward = row("softmax_backward", cpu::softmax_backward, nullptr);
+const auto kAttentionForward = row("attention_forward", cpu::attention_forward, nullptr);
+const auto kAttentionBackward = row("attention_backward", cpu::attention_backward, nullptr);
+const auto kEmbeddingForward = row("embedding_forward", cpu::embedding_forward, nullptr);
+const auto kEmbeddingBackward = row("embedding_backward", cpu::embedding_backward, nullptr);
+const auto kAdd = row("add", cpu::add, nullptr);
+const auto kMul = row("mul", cpu::mul, nullptr);
+const auto kScale = row("scale", cpu::scale, nullptr);
+const auto kAddInplace = row("add_", cpu::add_, nullptr);
+const auto kSumToShape = row("sum_to_shape", cpu::sum_to_shape, nullptr);
+const auto kPermuteCopy = row("permute_copy", cpu::permute_copy, nullptr);
+const auto kConcat = row("concat", cpu::concat, nullptr);
+const auto kSplit = row("split", cpu::split, nullptr);
+const auto kCrossEntropyForward = row("cross_entropy_forward", cpu::cross_entropy_forward, nullptr);
+const auto kCrossEntropyBackward =
+    row("cross_entropy_backward", cpu::cross_entropy_backward, nullptr);
+const auto kTopkCorrect = row("topk_correct", cpu::topk_correct, nullptr);
+const auto kSgdStep = row("sgd_step", cpu::sgd_step, nullptr);
+const auto kAdamWStep = row("adamw_step", cpu::adamw_step, nullptr);
+const auto kSumOfSquares = row("sum_of_squares", cpu::sum_of_squares, nullptr);
+
+}  // namespace
+
+// ---- public entry points -----------------------------------------------------------------------
+
+Tensor matmul(ExecContext& ctx, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return call(kMatmul, ctx, a, b, trans_a, trans_b);
+}
+MatmulGrads matmul_backward(ExecContext& ctx, const Tensor& dc, const Tensor& a, const Tensor& b,
+                            bool trans_a, bool trans_b, bool need_da, bool need_db) {
+  return call(kMatmulBackward, ctx, dc, a, b, trans_a, trans_b, need_da, need_db);
+}
+Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                      const Tensor& bias) {
+  return call(kLinearForward, ctx, x, weight, bias);
+}
+Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Tensor& dweight, const Tensor& dbias, bool need_dx) {
+  return call(kLinearBackward, ctx, dy, x, weight, dweight, dbias, need_dx);
+}
+
+Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Conv2dParams& params) {
+  return call(kConv2dForward, ctx, x, weight, bias, params);
+}
+Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
+                       bool need_dx) {
+  return call(kConv2dBackward, ctx, dy, x, weight, params, dweight, dbias, need_dx);
+}
+
+MaxPool2dResult max_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params) {
+  return call(kMaxPool2dForward, ctx, x, params);
+}
+Tensor max_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& indices,
+                           const Shape& x_shape) {
+  return call(kMaxPool2dBackward, ctx, dy, indices, x_shape);
+}
+Tensor avg_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params) {
+  return call(kAvgPool2dForward, ctx, x, params);
+}
+Tensor avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape,
+                           const Pool2dParams& params) {
+  return call(kAvgPool2dBackward, ctx, dy, x_shape, params);
+}
+Tensor adaptive_avg_pool2d_forward(ExecContext& ctx, const Tensor& x, int64_t out_h,
+                                   int64_t out_w) {
+  return call(kAdaptiveAvgPool2dForward, ctx, x, out_h, out_w);
+}
+Tensor adaptive_avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape) {
+  return call(kAdaptiveAvgPool2dBackward, ctx, dy, x_shape);
+}
+
+BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& running_mean,
+                                              const Tensor& running_var, double momentum,
+                                              double eps) {
+  return call(kBatchNormForwardTrain, ctx, x, gamma, beta, running_mean, running_var, momentum,
+              eps);
+}
+Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                               const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, double eps) {
+  return call(kBatchNormForwardEval, ctx, x, gamma, beta, running_mean, running_var, eps);
+}
+Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                           const Tensor& gamma, const Tensor& save_mean,
+                           const Tensor& save_invstd, const Tensor& dgamma, const Tensor& dbeta) {
+  return call(kBatchNormBackward, ctx, dy, x, gamma, save_mean, save_invstd, dgamma, dbeta);
+}
+
+LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, double eps) {
+  return call(kLayerNormForward, ctx, x, gamma, beta, eps);
+}
+Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                           const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& dgamma, const Tensor& dbeta) {
+  return call(kLayerNormBackward, ctx, dy, x, gamma, mean, rstd, dgamma, dbeta);
+}
+
+Tensor relu_forward(ExecContext& ctx, const Tensor& x) { return call(kReluForward, ctx, x); }
+Tensor relu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y) {
+  return call(kReluBackward, ctx, dy, y);
+}
+Tensor gelu_forward(ExecContext& ctx, const Tensor& x) { return call(kGeluForward, ctx, x); }
+Tensor gelu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x) {
+  return call(kGeluBackward, ctx, dy, x);
+}
+
+DropoutResult dropout_forward(ExecContext& ctx, const Tensor& x, double p, const RngOffsets& rng) {
+  return call(kDropoutForward, ctx, x, p, rng);
+}
+Tensor dropout_backward(ExecContext& ctx, const Tensor& dy, const Tensor& mask, double p) {
+  return call(kDropoutBackward, ctx, dy, mask, p);
+}
+
+Tensor softmax_forward(ExecContext& ctx, const Tensor& x) { return call(kSoftmaxForward, ctx, x); }
+Tensor softmax_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y) {
+  return call(kSoftmaxBackward, ctx, dy, y);
+}
+
+AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& key_padding_mask,
+                                  const AttentionOptions& options) {
+  return call(kAttentionForward, ctx, q, k, v, key_padding_mask, options);
+}
+AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Tensor& q,
+                                  const Tensor& k, const Tensor& v, const Tensor& probs,
+                                  const AttentionOptions& options) {
+  return call(kAttentionBackward, ctx, dout, q, k, v, probs, options);
+}
+
+Tensor embedding_forward(ExecContext& ctx, const Tensor& ids, const Tensor& weight) {
+  return call(kEmbeddingForward, ctx, ids, weight);
+}
+void embedding_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ids,
+                        const Tensor& dweight) {
+  call(kEmbeddingBackward, ctx, dy, ids, dweight);
+}
+
+Tensor add(ExecContext& ctx, const Tensor& a, const Tensor& b) { return call(kAdd, ctx, a, b); }
+Tensor mul(ExecContext& ctx, const Tensor& a, const Tensor& b) { return call(kMul, ctx, a, b); }
+Tensor scale(ExecContext& ctx, const Tensor& x, double alpha) {
+  return call(kScale, ctx, x, alpha);
+}
+void add_(ExecContext& ctx, const Tensor& dst, const Tensor& src, double alpha) {
+  call(kAddInplace, ctx, dst, src, alpha);
+}
+Tensor sum_to_shape(ExecContext& ctx, const Tensor& t, const Shape& shape) {
+  return call(kSumToShape, ctx, t, shape);
+}
+
+Tensor permute_copy(ExecContext& ctx, const Tensor& x, const std::vector<int64_t>& dims) {
+  return call(kPermuteCopy, ctx, x, dims);
+}
+Tensor concat(ExecContext& ctx, const TensorList& xs, int64_t dim) {
+  return call(kConcat, ctx, xs, dim);
+}
+TensorList split(ExecContext& ctx, const Tensor& x, const std::vector<int64_t>& sizes,
+                 int64_t dim) {
+  return call(kSplit, ctx, x, sizes, dim);
+}
+
+Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
+                             const CrossEntropyOptions& options) {
+  return call(kCrossEntropyForward, ctx, logits, targets, options);
+}
+Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyOptions& options, double dloss) {
+  return call(kCrossEntropyBackward, ctx, logits, targets, options, dloss);
+}
+int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targets, int64_t k,
+                     int64_t ignore_index) {
+  return call(kTopkCorrect, ctx, logits, targets, k, ignore_index);
+}
+
+void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad,
+              const Tensor& momentum_buf, const SgdOptions& options, int64_t step) {
+  call(kSgdStep, ctx, param, grad, momentum_buf, options, step);
+}
+void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWOptions& options, int64_t step) {
+  call(kAdamWStep, ctx, param, grad, m, v, options, step);
+}
+double sum_of_squares(ExecContext& ctx, const Tensor& t) { return call(kSumOfSquares, ctx, t); }
+
+}  // namespace strata::ops

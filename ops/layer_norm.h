@@ -1,0 +1,30 @@
+// Layer normalization over the last dimension (C), with biased variance, as GPT-2 and BERT use.
+#pragma once
+
+#include "engine/exec_context.h"
+#include "engine/tensor.h"
+
+namespace strata::ops {
+
+struct LayerNormResult {
+  Tensor y;     // like x
+  Tensor mean;  // (rows,) with rows = numel / C, in x's dtype
+  Tensor rstd;  // (rows,) 1 / sqrt(var + eps)
+};
+
+// x: (..., C); gamma, beta: (C,) (either may be undefined: no scale / no shift).
+LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, double eps);
+// Returns dx; accumulates dgamma (+=) and dbeta (+=) when defined.
+Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                           const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& dgamma, const Tensor& dbeta);
+
+namespace cpu {
+LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, double eps);
+Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                           const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& dgamma, const Tensor& dbeta);
+}  // namespace cpu
+}  // namespace strata::ops

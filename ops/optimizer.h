@@ -1,0 +1,57 @@
+// Optimizer updates and gradient clipping, as ops on (flat or per-parameter) contiguous buffers.
+// PyTorch's update rules, so that results can be compared with it.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/exec_context.h"
+#include "engine/tensor.h"
+
+namespace strata::ops {
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;      // needs momentum > 0 and dampening == 0
+  double weight_decay = 0.0;  // L2, added to the gradient
+};
+
+// g = grad + weight_decay * param
+// buf = g on step 1, else momentum * buf + (1 - dampening) * g          (when momentum > 0)
+// g = nesterov ? g + momentum * buf : buf                               (when momentum > 0)
+// param -= lr * g
+// param, grad, momentum_buf: same shape, f32/f64; momentum_buf may be undefined when
+// momentum == 0. step counts from 1.
+void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad,
+              const Tensor& momentum_buf, const SgdOptions& options, int64_t step);
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;  // decoupled: param *= 1 - lr * weight_decay
+};
+
+// param *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// param -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps). step counts from 1.
+void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWOptions& options, int64_t step);
+
+// Sum of the squares of every element (accumulated in double).
+double sum_of_squares(ExecContext& ctx, const Tensor& t);
+// sqrt of the sum of squares of every element of every tensor (accumulated in double).
+double global_grad_norm(ExecContext& ctx, const TensorList& grads);
+// When the global norm exceeds max_norm, scales every gradient by max_norm / (norm + 1e-6).
+// Returns the norm before clipping (a non-finite norm leaves the gradients untouched).
+double clip_grad_norm(ExecContext& ctx, const TensorList& grads, double max_norm);
+
+namespace cpu {
+void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad,
+              const Tensor& momentum_buf, const SgdOptions& options, int64_t step);
+void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWOptions& options, int64_t step);
+double sum_of_squares(ExecContext& ctx, const Tensor& t);
+}  // namespace cpu
+}  // namespace strata::ops

@@ -1,0 +1,17 @@
+// Softmax over the last dimension (numerically stable: the row maximum is subtracted first).
+#pragma once
+
+#include "engine/exec_context.h"
+#include "engine/tensor.h"
+
+namespace strata::ops {
+
+Tensor softmax_forward(ExecContext& ctx, const Tensor& x);
+// dx = y * (dy - sum(dy * y)) row by row (y is softmax's output).
+Tensor softmax_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y);
+
+namespace cpu {
+Tensor softmax_forward(ExecContext& ctx, const Tensor& x);
+Tensor softmax_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y);
+}  // namespace cpu
+}  // namespace strata::ops
