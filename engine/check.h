@@ -72,11 +72,11 @@ std::string format_operands(const char* op, const A& a, const B& b) {
   } else                   \
     ::strata::detail::Thrower() & ::strata::detail::CheckMessage(__FILE__, __LINE__, #cond)
 
-#define STRATA_CHECK_OP_(a, b, op)                                                       \
-  if ((a)op(b)) {                                                                        \
-  } else                                                                                 \
-    ::strata::detail::Thrower() &                                                        \
-        ::strata::detail::CheckMessage(__FILE__, __LINE__, #a " " #op " " #b)            \
+#define STRATA_CHECK_OP_(a, b, op)                                            \
+  if ((a)op(b)) {                                                             \
+  } else                                                                      \
+    ::strata::detail::Thrower() &                                             \
+        ::strata::detail::CheckMessage(__FILE__, __LINE__, #a " " #op " " #b) \
             << ::strata::detail::format_operands(#op, (a), (b))
 
 #define STRATA_CHECK_EQ(a, b) STRATA_CHECK_OP_(a, b, ==)
@@ -87,4 +87,5 @@ std::string format_operands(const char* op, const A& a, const B& b) {
 #define STRATA_CHECK_GE(a, b) STRATA_CHECK_OP_(a, b, >=)
 
 // Unconditional failure with a message: STRATA_THROW() << "why";
-#define STRATA_THROW() ::strata::detail::Thrower() & ::strata::detail::CheckMessage(__FILE__, __LINE__, nullptr)
+#define STRATA_THROW() \
+  ::strata::detail::Thrower() & ::strata::detail::CheckMessage(__FILE__, __LINE__, nullptr)

@@ -6,13 +6,13 @@
 
 #include "engine/check.h"
 
-#define STRATA_CUDA_CHECK(expr)                                                          \
-  do {                                                                                   \
-    const cudaError_t strata_cuda_status_ = (expr);                                      \
-    if (strata_cuda_status_ != cudaSuccess) {                                            \
-      ::strata::detail::Thrower() & ::strata::detail::CheckMessage(__FILE__, __LINE__, #expr) \
-          << "CUDA error " << static_cast<int>(strata_cuda_status_) << " ("                \
-          << cudaGetErrorName(strata_cuda_status_) << "): "                                \
-          << cudaGetErrorString(strata_cuda_status_);                                      \
-    }                                                                                    \
+#define STRATA_CUDA_CHECK(expr)                                                                   \
+  do {                                                                                            \
+    const cudaError_t strata_cuda_status_ = (expr);                                               \
+    if (strata_cuda_status_ != cudaSuccess) {                                                     \
+      ::strata::detail::Thrower() & ::strata::detail::CheckMessage(__FILE__, __LINE__, #expr)     \
+                                        << "CUDA error " << static_cast<int>(strata_cuda_status_) \
+                                        << " (" << cudaGetErrorName(strata_cuda_status_)          \
+                                        << "): " << cudaGetErrorString(strata_cuda_status_);      \
+    }                                                                                             \
   } while (0)

@@ -53,7 +53,7 @@ class LogLine {
 #define STRATA_LOG_LEVEL_WARN ::strata::LogLevel::kWarn
 #define STRATA_LOG_LEVEL_ERROR ::strata::LogLevel::kError
 
-#define STRATA_LOG(level)                                      \
-  if (STRATA_LOG_LEVEL_##level < ::strata::log_level()) {     \
-  } else                                                       \
+#define STRATA_LOG(level)                                 \
+  if (STRATA_LOG_LEVEL_##level < ::strata::log_level()) { \
+  } else                                                  \
     ::strata::detail::LogLine(STRATA_LOG_LEVEL_##level, __FILE__, __LINE__)

@@ -28,8 +28,7 @@ struct PhiloxKey {
   uint32_t v[2];
 };
 
-STRATA_HOST_DEVICE inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi,
-                                              uint32_t* lo) {
+STRATA_HOST_DEVICE inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
   const uint64_t product = static_cast<uint64_t>(a) * static_cast<uint64_t>(b);
   *hi = static_cast<uint32_t>(product >> 32);
   *lo = static_cast<uint32_t>(product);
@@ -79,8 +78,8 @@ class PhiloxStream {
   PhiloxStream(uint64_t seed, uint64_t stream, uint64_t subsequence = 0);
 
   uint32_t next_u32();
-  float next_uniform();   // [0, 1)
-  float next_normal();    // standard normal (Box-Muller on two uniforms)
+  float next_uniform();  // [0, 1)
+  float next_normal();   // standard normal (Box-Muller on two uniforms)
   // Uniform integer in [0, n) without modulo bias (n > 0).
   uint64_t next_below(uint64_t n);
 

@@ -18,17 +18,21 @@ namespace strata {
 
 // Everything that makes a layer's forward random is a function of these (see philox.h).
 struct RngOffsets {
-  uint64_t seed = 0;           // the run's seed
-  uint64_t stream = 0;         // the layer's index in the model
-  int64_t step = 0;            // optimizer step
-  int64_t sample_offset = 0;   // global index of the micro-batch's first sample
+  uint64_t seed = 0;          // the run's seed
+  uint64_t stream = 0;        // the layer's index in the model
+  int64_t step = 0;           // optimizer step
+  int64_t sample_offset = 0;  // global index of the micro-batch's first sample
 };
 
 struct LayerTape {
-  std::vector<Tensor> saved;   // in the order forward pushed them
+  std::vector<Tensor> saved;  // in the order forward pushed them
   RngOffsets rng;
   uint64_t weight_version = 0;  // optimizer steps applied to the weights used in forward
   bool training = true;         // dropout on, batch statistics for batch norm
+  // False for the first layer of a model, whose input (the data) needs no gradient: backward
+  // may then skip the input gradient and return an undefined tensor.
+  bool needs_input_grad = true;
+  Shape input_shape;  // shape of the layer's first input in forward, set by the caller
 
   void save(const Tensor& t) { saved.push_back(t); }
   const Tensor& at(size_t i) const {

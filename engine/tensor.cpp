@@ -105,13 +105,27 @@ inline Dst convert(const Src& v) {
 template <typename F>
 void dispatch_dtype(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kF32: f(float{}); return;
-    case DType::kF64: f(double{}); return;
-    case DType::kF16: f(Half{}); return;
-    case DType::kBF16: f(BFloat16{}); return;
-    case DType::kI32: f(int32_t{}); return;
-    case DType::kI64: f(int64_t{}); return;
-    case DType::kU8: f(uint8_t{}); return;
+    case DType::kF32:
+      f(float{});
+      return;
+    case DType::kF64:
+      f(double{});
+      return;
+    case DType::kF16:
+      f(Half{});
+      return;
+    case DType::kBF16:
+      f(BFloat16{});
+      return;
+    case DType::kI32:
+      f(int32_t{});
+      return;
+    case DType::kI64:
+      f(int64_t{});
+      return;
+    case DType::kU8:
+      f(uint8_t{});
+      return;
   }
   STRATA_THROW() << "invalid dtype";
 }
@@ -167,8 +181,8 @@ void for_each_row(const Shape& shape, const Shape& dst_strides, const Shape& src
 
 void check_cpu(const Tensor& t, const char* what) {
   STRATA_CHECK(t.defined()) << what << " on an undefined tensor";
-  STRATA_CHECK(t.device().is_cpu()) << what << " needs a CPU tensor, got " << t.str()
-                                    << "; copy it to the host first";
+  STRATA_CHECK(t.device().is_cpu())
+      << what << " needs a CPU tensor, got " << t.str() << "; copy it to the host first";
 }
 
 }  // namespace
@@ -219,12 +233,9 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, All
 
 template Tensor Tensor::from_vector<float>(const std::vector<float>&, const Shape&, Allocator*);
 template Tensor Tensor::from_vector<double>(const std::vector<double>&, const Shape&, Allocator*);
-template Tensor Tensor::from_vector<int32_t>(const std::vector<int32_t>&, const Shape&,
-                                             Allocator*);
-template Tensor Tensor::from_vector<int64_t>(const std::vector<int64_t>&, const Shape&,
-                                             Allocator*);
-template Tensor Tensor::from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&,
-                                             Allocator*);
+template Tensor Tensor::from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Allocator*);
+template Tensor Tensor::from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Allocator*);
+template Tensor Tensor::from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&, Allocator*);
 template Tensor Tensor::from_vector<Half>(const std::vector<Half>&, const Shape&, Allocator*);
 template Tensor Tensor::from_vector<BFloat16>(const std::vector<BFloat16>&, const Shape&,
                                               Allocator*);
@@ -242,8 +253,8 @@ Allocator& Tensor::allocator() const {
 
 int64_t Tensor::wrap_dim(int64_t d, int64_t ndim) const {
   const int64_t w = d < 0 ? d + ndim : d;
-  STRATA_CHECK(w >= 0 && w < ndim) << "dimension " << d << " out of range for a tensor of shape "
-                                   << shape_str();
+  STRATA_CHECK(w >= 0 && w < ndim)
+      << "dimension " << d << " out of range for a tensor of shape " << shape_str();
   return w;
 }
 
@@ -254,6 +265,7 @@ int64_t Tensor::stride(int64_t d) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to be out of place
   int64_t expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     if (shape_[d] == 1) continue;
@@ -403,7 +415,7 @@ Tensor Tensor::to(DType dtype) const {
   return out;
 }
 
-void Tensor::copy_from(const Tensor& src) {
+void Tensor::copy_from(const Tensor& src) const {
   check_cpu(*this, "copy_from");
   check_cpu(src, "copy_from");
   STRATA_CHECK(shape_ == src.shape_)
@@ -432,7 +444,7 @@ void Tensor::copy_from(const Tensor& src) {
   });
 }
 
-void Tensor::fill_(double value) {
+void Tensor::fill_(double value) const {
   check_cpu(*this, "fill_");
   char* base = static_cast<char*>(raw_data());
   dispatch_dtype(dtype_, [&](auto tag) {
@@ -446,7 +458,7 @@ void Tensor::fill_(double value) {
   });
 }
 
-void Tensor::zero_() {
+void Tensor::zero_() const {
   if (defined() && is_contiguous() && device().is_cpu()) {
     std::memset(raw_data(), 0, nbytes());
     return;
@@ -469,8 +481,8 @@ std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(p, p + numel());
 }
 
-#define STRATA_INSTANTIATE_ACCESSORS(T)           \
-  template T Tensor::item<T>() const;             \
+#define STRATA_INSTANTIATE_ACCESSORS(T) \
+  template T Tensor::item<T>() const;   \
   template std::vector<T> Tensor::to_vector<T>() const;
 STRATA_INSTANTIATE_ACCESSORS(float)
 STRATA_INSTANTIATE_ACCESSORS(double)
@@ -486,7 +498,7 @@ std::string Tensor::str() const {
   return s.str();
 }
 
-void copy_across_devices(Tensor& dst, const Tensor& src) {
+void copy_across_devices(const Tensor& dst, const Tensor& src) {
   STRATA_CHECK(dst.defined() && src.defined()) << "copy_across_devices: undefined tensor";
   STRATA_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype())
       << "copy_across_devices: " << src.str() << " into " << dst.str();

@@ -50,8 +50,7 @@ class Storage {
 class Tensor {
  public:
   Tensor() = default;  // undefined: defined() is false
-  Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, Shape strides,
-         DType dtype);
+  Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, Shape strides, DType dtype);
 
   // New contiguous tensors. The allocator defaults to default_cpu_allocator(). `empty` leaves
   // the bytes uninitialized.
@@ -96,7 +95,7 @@ class Tensor {
   void* raw_data() const;
 
   // ---- views (no copy) -------------------------------------------------------------------
-  Tensor view(const Shape& shape) const;  // needs a contiguous tensor; one -1 is inferred
+  Tensor view(const Shape& shape) const;     // needs a contiguous tensor; one -1 is inferred
   Tensor reshape(const Shape& shape) const;  // a view when contiguous, else a copy
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor transpose(int64_t dim0, int64_t dim1) const;
@@ -107,13 +106,15 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
 
   // ---- copies and element-wise helpers (CPU) ----------------------------------------------
-  Tensor contiguous() const;  // this tensor when already contiguous, else a contiguous copy
-  Tensor clone() const;       // always a new contiguous copy
+  Tensor contiguous() const;     // this tensor when already contiguous, else a contiguous copy
+  Tensor clone() const;          // always a new contiguous copy
   Tensor to(DType dtype) const;  // converting copy (this tensor when dtype already matches)
   // Copies src into this view element by element (shapes must match), converting dtypes.
-  void copy_from(const Tensor& src);
-  void fill_(double value);
-  void zero_();
+  // These write through the view; like every handle to shared storage, a const Tensor still
+  // refers to mutable data.
+  void copy_from(const Tensor& src) const;
+  void fill_(double value) const;
+  void zero_() const;
 
   template <typename T>
   T item() const;  // the single element (numel() == 1), converted to T
@@ -139,7 +140,7 @@ inline std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os <
 
 // Copies between devices (and between host allocators). Both must have the same shape and dtype
 // and be contiguous; CUDA copies go through the CUDA runtime.
-void copy_across_devices(Tensor& dst, const Tensor& src);
+void copy_across_devices(const Tensor& dst, const Tensor& src);
 // A contiguous copy of `src` on `alloc`'s device.
 Tensor to_allocator(const Tensor& src, Allocator& alloc);
 

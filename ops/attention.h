@@ -29,11 +29,13 @@ struct AttentionGrads {
   Tensor dq, dk, dv;
 };
 
-// q: (B, H, T, D); k, v: (B, H, S, D); key_padding_mask: (B, S) u8/i32/i64, nonzero = attend,
-// or undefined. f32 or f64; contiguous.
+// q: (B, H, T, D); k, v: (B, H, S, D) with T, S, D > 0; key_padding_mask: (B, S) u8/i32/i64,
+// nonzero = attend, or undefined. f32 or f64; contiguous.
 AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& key_padding_mask,
                                   const AttentionOptions& options);
+// dq, dk, dv are new tensors shaped like q, k, v. probs is forward's; the masks need not be
+// given again (probs are 0 wherever a key was masked), but options.scale must match forward's.
 AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Tensor& q,
                                   const Tensor& k, const Tensor& v, const Tensor& probs,
                                   const AttentionOptions& options);

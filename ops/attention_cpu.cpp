@@ -1,14 +1,211 @@
-// PLACEHOLDER: replaced by the real kernels.
+// Multi-head scaled dot-product attention on the CPU: the reference the fused CUDA kernel is
+// tested against. It materializes probs (B, H, T, S) and keeps them for backward.
+//
+// Forward, per (b, h): scores = scale q k^T (one gemm), then a masked, max-subtracted softmax per
+// query row (exponentials in the input's dtype, their sum in double), then out = probs v (one
+// gemm). Masked keys get probability exactly 0; a row with no visible key is all zeros, so its
+// output is zero and its gradients are zero, never NaN.
+//
+// Backward, with P = probs and dP = dout v^T:
+//   dv = P^T dout,  dS = P (dP - rowsum(dP P)),  dq = scale dS k,  dk = scale dS^T q
+// Masks need not be re-applied: P is 0 wherever a key was masked, so dS is 0 there too.
+//
+// The gemms run one (b, h) at a time because the BLAS threads itself; the row-wise softmax
+// between them is split over all B H T rows with detail::parallel_for.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "ops/attention.h"
+#include "ops/blas.h"
+#include "ops/cpu_util.h"
 
 namespace strata::ops::cpu {
+namespace {
 
-AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask, const AttentionOptions& options) {
-  STRATA_THROW() << "not implemented yet";
+constexpr const char* kForward = "attention_forward";
+constexpr const char* kBackward = "attention_backward";
+
+struct AttentionDims {
+  int64_t b = 0, h = 0, t = 0, s = 0, d = 0;
+  double scale = 0.0;
+};
+
+// Checks q (B, H, T, D) and k, v (B, H, S, D) and resolves the scale.
+AttentionDims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const AttentionOptions& options, const char* op) {
+  detail::check_float(q, op, "q");
+  detail::check_float(k, op, "k");
+  detail::check_float(v, op, "v");
+  detail::check_same_dtype(k, q, op, "k", "q");
+  detail::check_same_dtype(v, q, op, "v", "q");
+  STRATA_CHECK(q.dim() == 4) << op << ": q must be (B, H, T, D), got " << q.shape_str();
+  STRATA_CHECK(k.dim() == 4) << op << ": k must be (B, H, S, D), got " << k.shape_str();
+  AttentionDims dims;
+  dims.b = q.size(0);
+  dims.h = q.size(1);
+  dims.t = q.size(2);
+  dims.d = q.size(3);
+  dims.s = k.size(2);
+  STRATA_CHECK(dims.t > 0 && dims.s > 0 && dims.d > 0)
+      << op << ": T, S and D must be positive, got q " << q.shape_str() << " and k "
+      << k.shape_str();
+  detail::check_shape(k, {dims.b, dims.h, dims.s, dims.d}, op, "k");
+  detail::check_shape(v, k.shape(), op, "v");
+  STRATA_CHECK(std::isfinite(options.scale))
+      << op << ": scale must be finite (0 for 1 / sqrt(D)), got " << options.scale;
+  dims.scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(dims.d));
+  return dims;
 }
 
-AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs, const AttentionOptions& options) {
-  STRATA_THROW() << "not implemented yet";
+// key_padding_mask (B, S) as one keep flag per key (all 1 when the mask is undefined).
+std::vector<uint8_t> key_flags(const Tensor& mask, const AttentionDims& dims) {
+  std::vector<uint8_t> flags(static_cast<size_t>(dims.b * dims.s), 1);
+  if (!mask.defined()) return flags;
+  detail::check_cpu(mask, kForward, "key_padding_mask");
+  STRATA_CHECK(mask.dtype() == DType::kU8 || mask.dtype() == DType::kI32 ||
+               mask.dtype() == DType::kI64)
+      << kForward << ": key_padding_mask must be u8, i32 or i64, got " << dtype_name(mask.dtype());
+  detail::check_shape(mask, {dims.b, dims.s}, kForward, "key_padding_mask");
+  for (size_t i = 0; i < flags.size(); ++i) {
+    const int64_t j = static_cast<int64_t>(i);
+    const bool keep =
+        mask.dtype() == DType::kU8 ? mask.data<uint8_t>()[j] != 0 : detail::index_at(mask, j) != 0;
+    flags[i] = keep ? 1 : 0;
+  }
+  return flags;
+}
+
+// Softmax of row t of head (b, h) in place over the visible keys s: s < limit (causal) and
+// flags[s] != 0. Invisible keys and rows without any visible key get 0.
+template <typename T>
+void masked_softmax_row(T* row, int64_t s_len, int64_t limit, const uint8_t* flags) {
+  T m = -std::numeric_limits<T>::infinity();
+  bool any = false;
+  for (int64_t s = 0; s < limit; ++s) {
+    if (flags[s] == 0) continue;
+    m = any ? std::max(m, row[s]) : row[s];
+    any = true;
+  }
+  if (!any) {
+    std::fill(row, row + s_len, T(0));
+    return;
+  }
+  double sum = 0.0;
+  for (int64_t s = 0; s < limit; ++s) {
+    row[s] = flags[s] != 0 ? std::exp(row[s] - m) : T(0);
+    sum += row[s];
+  }
+  std::fill(row + limit, row + s_len, T(0));
+  const T inv = static_cast<T>(1.0 / sum);
+  for (int64_t s = 0; s < limit; ++s) row[s] *= inv;
+}
+
+}  // namespace
+
+AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& key_padding_mask,
+                                  const AttentionOptions& options) {
+  const AttentionDims dims = check_qkv(q, k, v, options, kForward);
+  const std::vector<uint8_t> flags = key_flags(key_padding_mask, dims);
+  const int64_t heads = dims.b * dims.h, t_len = dims.t, s_len = dims.s, d = dims.d;
+  // Causal: query t sees keys s <= t + max(S - T, 0), so the last query sees every key.
+  const int64_t causal_shift = std::max<int64_t>(s_len - t_len, 0);
+  AttentionResult r;
+  r.out = Tensor::empty({dims.b, dims.h, t_len, d}, q.dtype(), &ctx.allocator());
+  r.probs = Tensor::empty({dims.b, dims.h, t_len, s_len}, q.dtype(), &ctx.allocator());
+  detail::dispatch_float(q.dtype(), kForward, [&](auto tag) {
+    using T = decltype(tag);
+    const T* pq = q.data<T>();
+    const T* pk = k.data<T>();
+    const T* pv = v.data<T>();
+    T* pp = r.probs.data<T>();
+    T* po = r.out.data<T>();
+    for (int64_t i = 0; i < heads; ++i) {  // scores (T, S) = scale q (T, D) k^T (D, S)
+      blas::gemm(ctx, false, true, t_len, s_len, d, static_cast<T>(dims.scale), pq + i * t_len * d,
+                 d, pk + i * s_len * d, d, T(0), pp + i * t_len * s_len, s_len);
+    }
+    detail::parallel_for(
+        heads * t_len, std::max<int64_t>(1, 4096 / s_len), [&](int64_t r0, int64_t r1) {
+          for (int64_t row = r0; row < r1; ++row) {
+            const int64_t t = row % t_len, b = row / t_len / dims.h;
+            const int64_t limit = options.causal ? std::min(s_len, t + causal_shift + 1) : s_len;
+            masked_softmax_row(pp + row * s_len, s_len, limit, flags.data() + b * s_len);
+          }
+        });
+    for (int64_t i = 0; i < heads; ++i) {  // out (T, D) = probs (T, S) v (S, D)
+      blas::gemm(ctx, false, false, t_len, d, s_len, T(1), pp + i * t_len * s_len, s_len,
+                 pv + i * s_len * d, d, T(0), po + i * t_len * d, d);
+    }
+  });
+  return r;
+}
+
+AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Tensor& q,
+                                  const Tensor& k, const Tensor& v, const Tensor& probs,
+                                  const AttentionOptions& options) {
+  const AttentionDims dims = check_qkv(q, k, v, options, kBackward);
+  const int64_t heads = dims.b * dims.h, t_len = dims.t, s_len = dims.s, d = dims.d;
+  detail::check_float(dout, kBackward, "dout");
+  detail::check_same_dtype(dout, q, kBackward, "dout", "q");
+  detail::check_shape(dout, q.shape(), kBackward, "dout");
+  detail::check_float(probs, kBackward, "probs");
+  detail::check_same_dtype(probs, q, kBackward, "probs", "q");
+  detail::check_shape(probs, {dims.b, dims.h, t_len, s_len}, kBackward, "probs");
+  AttentionGrads g;
+  g.dq = Tensor::empty(q.shape(), q.dtype(), &ctx.allocator());
+  g.dk = Tensor::empty(k.shape(), k.dtype(), &ctx.allocator());
+  g.dv = Tensor::empty(v.shape(), v.dtype(), &ctx.allocator());
+  Tensor dscores = Tensor::empty(probs.shape(), q.dtype(), &ctx.allocator());  // (B, H, T, S)
+  detail::dispatch_float(q.dtype(), kBackward, [&](auto tag) {
+    using T = decltype(tag);
+    const T scale = static_cast<T>(dims.scale);
+    const T* pq = q.data<T>();
+    const T* pk = k.data<T>();
+    const T* pv = v.data<T>();
+    const T* pp = probs.data<T>();
+    const T* pdo = dout.data<T>();
+    T* pds = dscores.data<T>();
+    T* pdq = g.dq.data<T>();
+    T* pdk = g.dk.data<T>();
+    T* pdv = g.dv.data<T>();
+    for (int64_t i = 0; i < heads; ++i) {
+      const T* p_i = pp + i * t_len * s_len;
+      const T* do_i = pdo + i * t_len * d;
+      // dv (S, D) = P^T (S, T) dout (T, D)
+      blas::gemm(ctx, true, false, s_len, d, t_len, T(1), p_i, s_len, do_i, d, T(0),
+                 pdv + i * s_len * d, d);
+      // dP (T, S) = dout (T, D) v^T (D, S)
+      blas::gemm(ctx, false, true, t_len, s_len, d, T(1), do_i, d, pv + i * s_len * d, d, T(0),
+                 pds + i * t_len * s_len, s_len);
+    }
+    detail::parallel_for(heads * t_len, std::max<int64_t>(1, 4096 / s_len),
+                         [&](int64_t r0, int64_t r1) {
+                           for (int64_t row = r0; row < r1; ++row) {
+                             const T* p_row = pp + row * s_len;  // (S,)
+                             T* ds_row = pds + row * s_len;      // (S,): dP in, dS out
+                             double dot = 0.0;
+                             for (int64_t s = 0; s < s_len; ++s) {
+                               dot += static_cast<double>(ds_row[s]) * p_row[s];
+                             }
+                             const T dt = static_cast<T>(dot);
+                             for (int64_t s = 0; s < s_len; ++s) {
+                               ds_row[s] = p_row[s] * (ds_row[s] - dt);
+                             }
+                           }
+                         });
+    for (int64_t i = 0; i < heads; ++i) {
+      const T* ds_i = pds + i * t_len * s_len;
+      // dq (T, D) = scale dS (T, S) k (S, D)
+      blas::gemm(ctx, false, false, t_len, d, s_len, scale, ds_i, s_len, pk + i * s_len * d, d,
+                 T(0), pdq + i * t_len * d, d);
+      // dk (S, D) = scale dS^T (S, T) q (T, D)
+      blas::gemm(ctx, true, false, s_len, d, t_len, scale, ds_i, s_len, pq + i * t_len * d, d, T(0),
+                 pdk + i * s_len * d, d);
+    }
+  });
+  return g;
 }
 
 }  // namespace strata::ops::cpu

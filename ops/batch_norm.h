@@ -12,39 +12,40 @@
 namespace strata::ops {
 
 struct BatchNormTrainResult {
-  Tensor y;           // like x
-  Tensor save_mean;   // (C,) batch mean
-  Tensor save_invstd; // (C,) 1 / sqrt(batch var + eps)
+  Tensor y;            // like x
+  Tensor save_mean;    // (C,) batch mean
+  Tensor save_invstd;  // (C,) 1 / sqrt(batch var + eps)
 };
 
 // x: (B, C) or (B, C, ...spatial); gamma, beta, running_mean, running_var: (C,).
-// gamma/beta may be undefined (no affine transform). running_mean/running_var may be undefined
-// (no running statistics kept); otherwise they are updated in place.
+// f32 or f64; every tensor has x's dtype, save_mean and save_invstd too. Statistics accumulate
+// in double. gamma/beta may be undefined (no affine transform). running_mean/running_var may be
+// undefined together (no running statistics kept); otherwise they are updated in place.
+// Training needs more than one value per channel (B x spatial > 1) and 0 <= momentum <= 1.
 BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
                                               const Tensor& gamma, const Tensor& beta,
-                                              const Tensor& running_mean,
-                                              const Tensor& running_var, double momentum,
-                                              double eps);
+                                              const Tensor& running_mean, const Tensor& running_var,
+                                              double momentum, double eps);
+// Evaluation: running_mean and running_var must be defined.
 Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
                                const Tensor& beta, const Tensor& running_mean,
                                const Tensor& running_var, double eps);
 // Backward of the training-mode forward. Returns dx; accumulates dgamma (+=) and dbeta (+=)
 // when defined.
-Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
-                           const Tensor& gamma, const Tensor& save_mean,
-                           const Tensor& save_invstd, const Tensor& dgamma, const Tensor& dbeta);
+Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dgamma,
+                           const Tensor& dbeta);
 
 namespace cpu {
 BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
                                               const Tensor& gamma, const Tensor& beta,
-                                              const Tensor& running_mean,
-                                              const Tensor& running_var, double momentum,
-                                              double eps);
+                                              const Tensor& running_mean, const Tensor& running_var,
+                                              double momentum, double eps);
 Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
                                const Tensor& beta, const Tensor& running_mean,
                                const Tensor& running_var, double eps);
-Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
-                           const Tensor& gamma, const Tensor& save_mean,
-                           const Tensor& save_invstd, const Tensor& dgamma, const Tensor& dbeta);
+Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dgamma,
+                           const Tensor& dbeta);
 }  // namespace cpu
 }  // namespace strata::ops

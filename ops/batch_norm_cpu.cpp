@@ -1,18 +1,222 @@
-// PLACEHOLDER: replaced by the real kernels.
+// Batch normalization on the CPU (Ioffe & Szegedy 2015), x viewed as (B, C, S) with S the product
+// of the spatial dimensions (1 for (B, C) input); statistics run over the N = B S values of each
+// channel, one channel per loop iteration over OpenMP threads.
+//
+// Numerics: every per-channel sum is accumulated in double. The variance takes two passes (mean,
+// then the sum of squared deviations), avoiding the cancellation of a one-pass sum of squares
+// when |mean| >> std.
+// y = (x - mean) invstd gamma + beta is evaluated in double and rounded once.
+// Backward of the training forward, with xhat = (x - mean) invstd:
+//   dbeta  = sum(dy),  dgamma = sum(dy xhat)
+//   dx     = gamma invstd (dy - dbeta / N - xhat dgamma / N)
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "ops/batch_norm.h"
+#include "ops/cpu_util.h"
 
 namespace strata::ops::cpu {
+namespace {
 
-BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean, const Tensor& running_var, double momentum, double eps) {
-  STRATA_THROW() << "not implemented yet";
+struct BnGeometry {
+  int64_t batch = 0, channels = 0, spatial = 1;
+  int64_t per_channel() const { return batch * spatial; }  // N
+};
+
+BnGeometry bn_geometry(const char* op, const Tensor& x) {
+  detail::check_float(x, op, "x");
+  STRATA_CHECK(x.dim() >= 2 && x.size(1) > 0)
+      << op << ": x must be (B, C) or (B, C, spatial...) with C > 0, got " << x.shape_str();
+  BnGeometry g;
+  g.batch = x.size(0);
+  g.channels = x.size(1);
+  for (int64_t d = 2; d < x.dim(); ++d) g.spatial *= x.size(d);
+  return g;
 }
 
-Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean, const Tensor& running_var, double eps) {
-  STRATA_THROW() << "not implemented yet";
+// A per-channel (C,) tensor: gamma, beta, the running or the saved statistics.
+void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x) {
+  detail::check_float(t, op, name);
+  detail::check_same_dtype(x, t, op, "x", name);
+  detail::check_shape(t, {x.size(1)}, op, name);
 }
 
-Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dgamma, const Tensor& dbeta) {
-  STRATA_THROW() << "not implemented yet";
+void check_affine(const char* op, const Tensor& gamma, const Tensor& beta, const Tensor& x) {
+  if (gamma.defined()) check_channel_tensor(op, gamma, "gamma", x);
+  if (beta.defined()) check_channel_tensor(op, beta, "beta", x);
+}
+
+int64_t channel_grain(const BnGeometry& g) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(g.per_channel(), 1));
+}
+
+}  // namespace
+
+BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& running_mean, const Tensor& running_var,
+                                              double momentum, double eps) {
+  constexpr const char* kOp = "batch_norm_forward_train";
+  const BnGeometry g = bn_geometry(kOp, x);
+  check_affine(kOp, gamma, beta, x);
+  STRATA_CHECK(running_mean.defined() == running_var.defined())
+      << kOp << ": running_mean and running_var must be both defined or both undefined";
+  if (running_mean.defined()) {
+    check_channel_tensor(kOp, running_mean, "running_mean", x);
+    check_channel_tensor(kOp, running_var, "running_var", x);
+  }
+  STRATA_CHECK(momentum >= 0.0 && momentum <= 1.0 && eps >= 0.0)
+      << kOp << ": need 0 <= momentum <= 1 and eps >= 0, got momentum " << momentum << ", eps "
+      << eps;
+  const int64_t n = g.per_channel();
+  STRATA_CHECK_GT(n, 1) << kOp << ": x " << x.shape_str()
+                        << " has one value per channel; training needs more than one";
+  BatchNormTrainResult r;
+  r.y = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
+  r.save_mean = Tensor::empty({g.channels}, x.dtype(), &ctx.allocator());
+  r.save_invstd = Tensor::empty({g.channels}, x.dtype(), &ctx.allocator());
+  detail::dispatch_float(x.dtype(), kOp, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* pg = gamma.defined() ? gamma.data<T>() : nullptr;
+    const T* pb = beta.defined() ? beta.data<T>() : nullptr;
+    T* prm = running_mean.defined() ? running_mean.data<T>() : nullptr;
+    T* prv = running_var.defined() ? running_var.data<T>() : nullptr;
+    T* py = r.y.data<T>();
+    T* pmean = r.save_mean.data<T>();
+    T* pinvstd = r.save_invstd.data<T>();
+    detail::parallel_for(g.channels, channel_grain(g), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        double sum = 0.0;
+        for (int64_t b = 0; b < g.batch; ++b) {
+          const T* v = px + (b * g.channels + c) * g.spatial;
+          for (int64_t s = 0; s < g.spatial; ++s) sum += v[s];
+        }
+        const double mean = sum / static_cast<double>(n);
+        double m2 = 0.0;
+        for (int64_t b = 0; b < g.batch; ++b) {
+          const T* v = px + (b * g.channels + c) * g.spatial;
+          for (int64_t s = 0; s < g.spatial; ++s) m2 += (v[s] - mean) * (v[s] - mean);
+        }
+        const double invstd = 1.0 / std::sqrt(m2 / static_cast<double>(n) + eps);
+        pmean[c] = static_cast<T>(mean);
+        pinvstd[c] = static_cast<T>(invstd);
+        if (prm != nullptr) {
+          prm[c] = static_cast<T>((1.0 - momentum) * prm[c] + momentum * mean);
+          prv[c] = static_cast<T>((1.0 - momentum) * prv[c] +
+                                  momentum * m2 / static_cast<double>(n - 1));
+        }
+        const double scale = invstd * (pg != nullptr ? static_cast<double>(pg[c]) : 1.0);
+        const double shift = pb != nullptr ? static_cast<double>(pb[c]) : 0.0;
+        for (int64_t b = 0; b < g.batch; ++b) {
+          const int64_t at = (b * g.channels + c) * g.spatial;
+          for (int64_t s = 0; s < g.spatial; ++s) {
+            py[at + s] = static_cast<T>((px[at + s] - mean) * scale + shift);
+          }
+        }
+      }
+    });
+  });
+  return r;
+}
+
+Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                               const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, double eps) {
+  constexpr const char* kOp = "batch_norm_forward_eval";
+  const BnGeometry g = bn_geometry(kOp, x);
+  check_affine(kOp, gamma, beta, x);
+  STRATA_CHECK(running_mean.defined() && running_var.defined())
+      << kOp << ": evaluation normalizes with running_mean and running_var; both must be defined";
+  check_channel_tensor(kOp, running_mean, "running_mean", x);
+  check_channel_tensor(kOp, running_var, "running_var", x);
+  STRATA_CHECK_GE(eps, 0.0) << kOp << ": eps must be >= 0";
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
+  detail::dispatch_float(x.dtype(), kOp, [&](auto tag) {
+    using T = decltype(tag);
+    // y = x scale + shift per channel, the constants folded in double.
+    std::vector<double> scale(g.channels), shift(g.channels);
+    const T* prm = running_mean.data<T>();
+    const T* prv = running_var.data<T>();
+    for (int64_t c = 0; c < g.channels; ++c) {
+      const double gamma_c = gamma.defined() ? static_cast<double>(gamma.data<T>()[c]) : 1.0;
+      const double beta_c = beta.defined() ? static_cast<double>(beta.data<T>()[c]) : 0.0;
+      scale[c] = gamma_c / std::sqrt(static_cast<double>(prv[c]) + eps);
+      shift[c] = beta_c - static_cast<double>(prm[c]) * scale[c];
+    }
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const int64_t rows = g.batch * g.channels;  // one row of S values per (b, c)
+    detail::parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.spatial, 1)),
+                         [&](int64_t r0, int64_t r1) {
+                           for (int64_t row = r0; row < r1; ++row) {
+                             const int64_t c = row % g.channels;
+                             const T* src = px + row * g.spatial;
+                             T* dst = py + row * g.spatial;
+                             for (int64_t s = 0; s < g.spatial; ++s) {
+                               dst[s] = static_cast<T>(src[s] * scale[c] + shift[c]);
+                             }
+                           }
+                         });
+  });
+  return y;
+}
+
+Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dgamma,
+                           const Tensor& dbeta) {
+  constexpr const char* kOp = "batch_norm_backward";
+  const BnGeometry g = bn_geometry(kOp, x);
+  detail::check_float(dy, kOp, "dy");
+  detail::check_same_dtype(x, dy, kOp, "x", "dy");
+  detail::check_shape(dy, x.shape(), kOp, "dy");
+  if (gamma.defined()) check_channel_tensor(kOp, gamma, "gamma", x);
+  check_channel_tensor(kOp, save_mean, "save_mean", x);
+  check_channel_tensor(kOp, save_invstd, "save_invstd", x);
+  if (dgamma.defined()) check_channel_tensor(kOp, dgamma, "dgamma", x);
+  if (dbeta.defined()) check_channel_tensor(kOp, dbeta, "dbeta", x);
+  const int64_t n = g.per_channel();
+  STRATA_CHECK_GT(n, 1) << kOp << ": x " << x.shape_str()
+                        << " has one value per channel; training needs more than one";
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
+  detail::dispatch_float(x.dtype(), kOp, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    const T* pg = gamma.defined() ? gamma.data<T>() : nullptr;
+    const T* pmean = save_mean.data<T>();
+    const T* pinvstd = save_invstd.data<T>();
+    T* pdg = dgamma.defined() ? dgamma.data<T>() : nullptr;
+    T* pdb = dbeta.defined() ? dbeta.data<T>() : nullptr;
+    T* pdx = dx.data<T>();
+    detail::parallel_for(g.channels, channel_grain(g), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const double mean = pmean[c], invstd = pinvstd[c];
+        double sum_dy = 0.0, sum_dy_xhat = 0.0;
+        for (int64_t b = 0; b < g.batch; ++b) {
+          const int64_t at = (b * g.channels + c) * g.spatial;
+          for (int64_t s = 0; s < g.spatial; ++s) {
+            sum_dy += pdy[at + s];
+            sum_dy_xhat += pdy[at + s] * ((px[at + s] - mean) * invstd);
+          }
+        }
+        if (pdb != nullptr) pdb[c] += static_cast<T>(sum_dy);
+        if (pdg != nullptr) pdg[c] += static_cast<T>(sum_dy_xhat);
+        const double scale = invstd * (pg != nullptr ? static_cast<double>(pg[c]) : 1.0);
+        const double mean_dy = sum_dy / static_cast<double>(n);
+        const double mean_dy_xhat = sum_dy_xhat / static_cast<double>(n);
+        for (int64_t b = 0; b < g.batch; ++b) {
+          const int64_t at = (b * g.channels + c) * g.spatial;
+          for (int64_t s = 0; s < g.spatial; ++s) {
+            const double xhat = (px[at + s] - mean) * invstd;
+            pdx[at + s] = static_cast<T>(scale * (pdy[at + s] - mean_dy - xhat * mean_dy_xhat));
+          }
+        }
+      }
+    });
+  });
+  return dx;
 }
 
 }  // namespace strata::ops::cpu

@@ -16,18 +16,20 @@ struct Conv2dParams {
 };
 
 // Output size of one spatial dimension: (in + 2 pad - dilation (k - 1) - 1) / stride + 1.
+// Throws strata::Error when the dilated kernel spans more than the padded input.
 int64_t conv2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
                            int64_t dilation);
 
 // y = conv2d(x, weight) + bias
 //   x: (B, C, H, W), weight: (OC, C / groups, KH, KW), bias: (OC,) or undefined
 //   y: (B, OC, OH, OW)
-// f32 or f64; contiguous.
+// f32 or f64, all tensors of one dtype; contiguous. The CPU kernel's scratch (bounded column
+// buffers) comes from ctx.allocator() and counts toward its limit.
 Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const Conv2dParams& params);
 
 // Returns dx (undefined when !need_dx); accumulates dweight (+=) and dbias (+=, the sum of dy
-// over B, OH, OW); either may be undefined (not needed).
+// over B, OH, OW); either may be undefined (not needed). dy: (B, OC, OH, OW), x's dtype.
 Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                        const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
                        bool need_dx = true);

@@ -18,10 +18,9 @@ namespace strata::ops::detail {
 // Defined, on the CPU and contiguous.
 inline void check_cpu(const Tensor& t, const char* op, const char* name) {
   STRATA_CHECK(t.defined()) << op << ": " << name << " is undefined";
-  STRATA_CHECK(t.device().is_cpu()) << op << ": " << name << " is on " << t.device().str()
-                                    << ", the CPU kernel needs it on cpu";
-  STRATA_CHECK(t.is_contiguous()) << op << ": " << name << " " << t.str()
-                                  << " must be contiguous";
+  STRATA_CHECK(t.device().is_cpu())
+      << op << ": " << name << " is on " << t.device().str() << ", the CPU kernel needs it on cpu";
+  STRATA_CHECK(t.is_contiguous()) << op << ": " << name << " " << t.str() << " must be contiguous";
 }
 
 // check_cpu plus dtype f32 or f64.
@@ -37,8 +36,7 @@ inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, c
                                        << " but " << name_b << " is " << dtype_name(b.dtype());
 }
 
-inline void check_shape(const Tensor& t, const Shape& expected, const char* op,
-                        const char* name) {
+inline void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
   STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
                                       << ", expected " << shape_str(expected);
 }
@@ -60,8 +58,8 @@ inline int64_t index_at(const Tensor& t, int64_t i) {
 template <typename F>
 decltype(auto) dispatch_float(DType dtype, const char* op, F&& f) {
   if (dtype == DType::kF32) return f(float{});
-  STRATA_CHECK(dtype == DType::kF64) << op << ": unsupported dtype " << dtype_name(dtype)
-                                     << " (the CPU kernels take f32 or f64)";
+  STRATA_CHECK(dtype == DType::kF64)
+      << op << ": unsupported dtype " << dtype_name(dtype) << " (the CPU kernels take f32 or f64)";
   return f(double{});
 }
 

@@ -13,6 +13,7 @@
 #include "ops/batch_norm.h"
 #include "ops/conv2d.h"
 #include "ops/cross_entropy.h"
+#include "ops/dispatch.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -48,11 +49,15 @@ template <typename Fn, typename... Args>
 decltype(auto) call(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
   Fn* kernel = nullptr;
   switch (ctx.device().type) {
-    case DeviceType::kCPU: kernel = r.cpu; break;
-    case DeviceType::kCUDA: kernel = r.cuda; break;
+    case DeviceType::kCPU:
+      kernel = r.cpu;
+      break;
+    case DeviceType::kCUDA:
+      kernel = r.cuda;
+      break;
   }
-  STRATA_CHECK(kernel != nullptr) << "op " << r.name << " has no kernel for "
-                                  << ctx.device().str() << " in this build";
+  STRATA_CHECK(kernel != nullptr) << "op " << r.name << " has no kernel for " << ctx.device().str()
+                                  << " in this build";
   return kernel(ctx, std::forward<Args>(args)...);
 }
 
@@ -107,7 +112,75 @@ const auto kSgdStep = row("sgd_step", cpu::sgd_step, nullptr);
 const auto kAdamWStep = row("adamw_step", cpu::adamw_step, nullptr);
 const auto kSumOfSquares = row("sum_of_squares", cpu::sum_of_squares, nullptr);
 
+// Which devices each row covers, for has_kernels_for().
+struct RowCoverage {
+  const char* name;
+  bool cpu;
+  bool cuda;
+};
+
+template <typename Fn>
+constexpr RowCoverage coverage(const OpRow<Fn>& r) {
+  return RowCoverage{r.name, r.cpu != nullptr, r.cuda != nullptr};
+}
+
+const RowCoverage kCoverage[] = {
+    coverage(kMatmul),
+    coverage(kMatmulBackward),
+    coverage(kLinearForward),
+    coverage(kLinearBackward),
+    coverage(kConv2dForward),
+    coverage(kConv2dBackward),
+    coverage(kMaxPool2dForward),
+    coverage(kMaxPool2dBackward),
+    coverage(kAvgPool2dForward),
+    coverage(kAvgPool2dBackward),
+    coverage(kAdaptiveAvgPool2dForward),
+    coverage(kAdaptiveAvgPool2dBackward),
+    coverage(kBatchNormForwardTrain),
+    coverage(kBatchNormForwardEval),
+    coverage(kBatchNormBackward),
+    coverage(kLayerNormForward),
+    coverage(kLayerNormBackward),
+    coverage(kReluForward),
+    coverage(kReluBackward),
+    coverage(kGeluForward),
+    coverage(kGeluBackward),
+    coverage(kDropoutForward),
+    coverage(kDropoutBackward),
+    coverage(kSoftmaxForward),
+    coverage(kSoftmaxBackward),
+    coverage(kAttentionForward),
+    coverage(kAttentionBackward),
+    coverage(kEmbeddingForward),
+    coverage(kEmbeddingBackward),
+    coverage(kAdd),
+    coverage(kMul),
+    coverage(kScale),
+    coverage(kAddInplace),
+    coverage(kSumToShape),
+    coverage(kPermuteCopy),
+    coverage(kConcat),
+    coverage(kSplit),
+    coverage(kCrossEntropyForward),
+    coverage(kCrossEntropyBackward),
+    coverage(kTopkCorrect),
+    coverage(kSgdStep),
+    coverage(kAdamWStep),
+    coverage(kSumOfSquares),
+};
+
 }  // namespace
+
+bool has_kernels_for(DeviceType type) { return ops_without_kernels(type).empty(); }
+
+std::vector<std::string> ops_without_kernels(DeviceType type) {
+  std::vector<std::string> missing;
+  for (const RowCoverage& c : kCoverage) {
+    if (!(type == DeviceType::kCPU ? c.cpu : c.cuda)) missing.push_back(c.name);
+  }
+  return missing;
+}
 
 // ---- public entry points -----------------------------------------------------------------------
 
@@ -118,8 +191,7 @@ MatmulGrads matmul_backward(ExecContext& ctx, const Tensor& dc, const Tensor& a,
                             bool trans_a, bool trans_b, bool need_da, bool need_db) {
   return call(kMatmulBackward, ctx, dc, a, b, trans_a, trans_b, need_da, need_db);
 }
-Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
-                      const Tensor& bias) {
+Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return call(kLinearForward, ctx, x, weight, bias);
 }
 Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
@@ -161,9 +233,8 @@ Tensor adaptive_avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Sh
 
 BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
                                               const Tensor& gamma, const Tensor& beta,
-                                              const Tensor& running_mean,
-                                              const Tensor& running_var, double momentum,
-                                              double eps) {
+                                              const Tensor& running_mean, const Tensor& running_var,
+                                              double momentum, double eps) {
   return call(kBatchNormForwardTrain, ctx, x, gamma, beta, running_mean, running_var, momentum,
               eps);
 }
@@ -172,9 +243,9 @@ Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& 
                                const Tensor& running_var, double eps) {
   return call(kBatchNormForwardEval, ctx, x, gamma, beta, running_mean, running_var, eps);
 }
-Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
-                           const Tensor& gamma, const Tensor& save_mean,
-                           const Tensor& save_invstd, const Tensor& dgamma, const Tensor& dbeta) {
+Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dgamma,
+                           const Tensor& dbeta) {
   return call(kBatchNormBackward, ctx, dy, x, gamma, save_mean, save_invstd, dgamma, dbeta);
 }
 
@@ -182,9 +253,9 @@ LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tens
                                    const Tensor& beta, double eps) {
   return call(kLayerNormForward, ctx, x, gamma, beta, eps);
 }
-Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
-                           const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& dgamma, const Tensor& dbeta) {
+Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& dgamma,
+                           const Tensor& dbeta) {
   return call(kLayerNormBackward, ctx, dy, x, gamma, mean, rstd, dgamma, dbeta);
 }
 
@@ -264,8 +335,8 @@ int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targe
   return call(kTopkCorrect, ctx, logits, targets, k, ignore_index);
 }
 
-void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad,
-              const Tensor& momentum_buf, const SgdOptions& options, int64_t step) {
+void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+              const SgdOptions& options, int64_t step) {
   call(kSgdStep, ctx, param, grad, momentum_buf, options, step);
 }
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,

@@ -14,8 +14,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b);  // throws naming both s
 Tensor add(ExecContext& ctx, const Tensor& a, const Tensor& b);  // a + b, broadcast
 Tensor mul(ExecContext& ctx, const Tensor& a, const Tensor& b);  // a * b, broadcast
 Tensor scale(ExecContext& ctx, const Tensor& x, double alpha);   // alpha * x
-// dst += alpha * src in place (same shape; dst may be any contiguous view). The gradient
-// accumulation primitive.
+// dst += alpha * src in place (same shape and dtype; dst may be any contiguous view, and src may
+// be dst itself). The gradient accumulation primitive.
 void add_(ExecContext& ctx, const Tensor& dst, const Tensor& src, double alpha = 1.0);
 
 // Sums t over the dimensions that broadcasting expanded, so that the result has `shape`

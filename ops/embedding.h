@@ -7,7 +7,8 @@
 namespace strata::ops {
 
 // ids: any shape, i32 or i64, each in [0, V) (an id outside names itself, its position and V);
-// weight: (V, C) -> y: (ids.shape..., C).
+// weight: (V, C) f32 or f64 -> y: (ids.shape..., C) in weight's dtype. Every id is checked before
+// anything is written.
 Tensor embedding_forward(ExecContext& ctx, const Tensor& ids, const Tensor& weight);
 // dweight[ids[i], :] += dy[i, :] (dweight: (V, C)). Ids are not differentiable.
 void embedding_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ids,

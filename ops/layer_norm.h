@@ -12,19 +12,20 @@ struct LayerNormResult {
   Tensor rstd;  // (rows,) 1 / sqrt(var + eps)
 };
 
-// x: (..., C); gamma, beta: (C,) (either may be undefined: no scale / no shift).
+// x: (..., C) with C > 0; gamma, beta: (C,) (either may be undefined: no scale / no shift); all
+// of one dtype, f32 or f64, contiguous. eps >= 0. The CPU accumulates the statistics in double.
 LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
                                    const Tensor& beta, double eps);
 // Returns dx; accumulates dgamma (+=) and dbeta (+=) when defined.
-Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
-                           const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& dgamma, const Tensor& dbeta);
+Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& dgamma,
+                           const Tensor& dbeta);
 
 namespace cpu {
 LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
                                    const Tensor& beta, double eps);
-Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
-                           const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& dgamma, const Tensor& dbeta);
+Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& dgamma,
+                           const Tensor& dbeta);
 }  // namespace cpu
 }  // namespace strata::ops

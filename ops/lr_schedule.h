@@ -24,7 +24,9 @@ struct LrSchedule {
   int64_t total_steps = 0;
   double min_lr = 0.0;
 
-  // The learning rate of optimizer step `step` (counting from 0). Validates the fields.
+  // The learning rate of optimizer step `step` (counting from 0). Validates the fields (errors
+  // name the field): base_lr finite and >= 0, warmup_steps >= 0; step: step_size > 0 and gamma
+  // finite and > 0; cosine: total_steps > warmup_steps and 0 <= min_lr <= base_lr.
   double lr_at(int64_t step) const;
 };
 

@@ -86,8 +86,8 @@ Tensor matmul(ExecContext& ctx, const Tensor& a, const Tensor& b, bool trans_a, 
     }
     const int64_t a_step = d.m * d.k, b_step = d.b_shared ? 0 : d.k * d.n, c_step = d.m * d.n;
     for (int64_t i = 0; i < d.batch; ++i) {
-      blas::gemm(ctx, trans_a, trans_b, d.m, d.n, d.k, T(1), pa + i * a_step, lda,
-                 pb + i * b_step, ldb, T(0), pc + i * c_step, d.n);
+      blas::gemm(ctx, trans_a, trans_b, d.m, d.n, d.k, T(1), pa + i * a_step, lda, pb + i * b_step,
+                 ldb, T(0), pc + i * c_step, d.n);
     }
   });
   return c;
@@ -121,8 +121,7 @@ MatmulGrads matmul_backward(ExecContext& ctx, const Tensor& dc, const Tensor& a,
         const T* bi = pb + i * b_step;
         T* dai = pda + i * a_step;
         if (!trans_a) {  // da (m, k) = dc (m, n) @ op(b)^T
-          blas::gemm(ctx, false, !trans_b, rows, d.k, d.n, T(1), dci, ldc, bi, ldb, T(0), dai,
-                     lda);
+          blas::gemm(ctx, false, !trans_b, rows, d.k, d.n, T(1), dci, ldc, bi, ldb, T(0), dai, lda);
         } else {  // da (k, m) = op(b) (k, n) @ dc^T
           blas::gemm(ctx, trans_b, true, d.k, d.m, d.n, T(1), bi, ldb, dci, ldc, T(0), dai, lda);
         }
@@ -137,8 +136,7 @@ MatmulGrads matmul_backward(ExecContext& ctx, const Tensor& dc, const Tensor& a,
         // A shared b accumulates over the batch loop (beta = 1 after the first entry).
         const T beta = (d.b_shared && i > 0) ? T(1) : T(0);
         if (!trans_b) {  // db (k, n) = op(a)^T (k, m) @ dc (m, n)
-          blas::gemm(ctx, !trans_a, false, d.k, d.n, rows, T(1), ai, lda, dci, ldc, beta, dbi,
-                     ldb);
+          blas::gemm(ctx, !trans_a, false, d.k, d.n, rows, T(1), ai, lda, dci, ldc, beta, dbi, ldb);
         } else {  // db (n, k) = dc^T (n, m) @ op(a) (m, k)
           blas::gemm(ctx, true, trans_a, d.n, d.k, rows, T(1), dci, ldc, ai, lda, beta, dbi, ldb);
         }
@@ -148,8 +146,7 @@ MatmulGrads matmul_backward(ExecContext& ctx, const Tensor& dc, const Tensor& a,
   return grads;
 }
 
-Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
-                      const Tensor& bias) {
+Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   constexpr const char* kOp = "linear_forward";
   detail::check_float(x, kOp, "x");
   detail::check_float(weight, kOp, "weight");
@@ -158,8 +155,8 @@ Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
       << kOp << ": x must be (..., K) and weight (M, K), got " << x.shape_str() << " and "
       << weight.shape_str();
   const int64_t k = x.size(-1), m = weight.size(0);
-  STRATA_CHECK_EQ(weight.size(1), k) << kOp << ": x " << x.shape_str() << " and weight "
-                                     << weight.shape_str() << " disagree on K";
+  STRATA_CHECK_EQ(weight.size(1), k)
+      << kOp << ": x " << x.shape_str() << " and weight " << weight.shape_str() << " disagree on K";
   if (bias.defined()) {
     detail::check_float(bias, kOp, "bias");
     detail::check_shape(bias, {m}, kOp, "bias");
@@ -180,8 +177,7 @@ Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
       });
       beta = T(1);
     }
-    blas::gemm(ctx, false, true, n, m, k, T(1), x.data<T>(), k, weight.data<T>(), k, beta, py,
-               m);
+    blas::gemm(ctx, false, true, n, m, k, T(1), x.data<T>(), k, weight.data<T>(), k, beta, py, m);
   });
   return y;
 }
@@ -219,8 +215,8 @@ Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, cons
                  dx.template data<T>(), k);
     }
     if (dweight.defined()) {  // dweight (m, k) += dy^T (m, n) @ x (n, k)
-      blas::gemm(ctx, true, false, m, k, n, T(1), pdy, m, x.data<T>(), k, T(1),
-                 dweight.data<T>(), k);
+      blas::gemm(ctx, true, false, m, k, n, T(1), pdy, m, x.data<T>(), k, T(1), dweight.data<T>(),
+                 k);
     }
     if (dbias.defined()) accumulate_column_sums(pdy, n, m, dbias.data<T>());
   });

@@ -23,8 +23,8 @@ struct SgdOptions {
 // param -= lr * g
 // param, grad, momentum_buf: same shape, f32/f64; momentum_buf may be undefined when
 // momentum == 0. step counts from 1.
-void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad,
-              const Tensor& momentum_buf, const SgdOptions& options, int64_t step);
+void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+              const SgdOptions& options, int64_t step);
 
 struct AdamWOptions {
   double lr = 1e-3;
@@ -42,14 +42,16 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
 // Sum of the squares of every element (accumulated in double).
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
 // sqrt of the sum of squares of every element of every tensor (accumulated in double).
+// Undefined entries (parameters without a gradient) are skipped.
 double global_grad_norm(ExecContext& ctx, const TensorList& grads);
 // When the global norm exceeds max_norm, scales every gradient by max_norm / (norm + 1e-6).
 // Returns the norm before clipping (a non-finite norm leaves the gradients untouched).
+// max_norm must be finite and > 0. Gradients are scaled in place (contiguous views are fine).
 double clip_grad_norm(ExecContext& ctx, const TensorList& grads, double max_norm);
 
 namespace cpu {
-void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad,
-              const Tensor& momentum_buf, const SgdOptions& options, int64_t step);
+void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+              const SgdOptions& options, int64_t step);
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWOptions& options, int64_t step);
 double sum_of_squares(ExecContext& ctx, const Tensor& t);

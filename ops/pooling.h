@@ -17,28 +17,34 @@ struct Pool2dParams {
 };
 
 // Output size of one spatial dimension, PyTorch's rule (with ceil_mode, the last window must
-// start inside the input or its left padding).
-int64_t pool2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
-                           bool ceil_mode);
+// start inside the input or its left padding). Throws strata::Error when the padding is more
+// than half the kernel or the kernel is larger than the padded input.
+int64_t pool2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode);
 
 struct MaxPool2dResult {
   Tensor y;        // (B, C, OH, OW)
   Tensor indices;  // (B, C, OH, OW) i64: flat index h * W + w of the maximum in its (b, c) plane
 };
-// Padding counts as -infinity. Ties go to the first maximum in row-major window order.
+// x: (B, C, H, W), f32 or f64. Padding counts as -infinity. Ties go to the first maximum in
+// row-major window order; a NaN counts as a maximum (it propagates, as in PyTorch).
+// count_include_pad is ignored.
 MaxPool2dResult max_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params);
 // dx: (B, C, H, W) = the gradient routed to each window's maximum (summed where windows overlap).
+// dy and indices: (B, C, OH, OW) as the forward returned them; dx has dy's dtype.
 Tensor max_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& indices,
                            const Shape& x_shape);
 
+// x: (B, C, H, W), f32 or f64; sums accumulate in double. The divisor is the window clipped to
+// the padded input with count_include_pad (cells past the padding, which ceil_mode can add, do
+// not count, as in PyTorch), else the window's cells inside the input.
 Tensor avg_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params);
+// dx: (B, C, H, W) = dy spread evenly over each window with the forward's divisor.
 Tensor avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape,
                            const Pool2dParams& params);
 
 // PyTorch's adaptive average pooling: output cell (i, j) averages input rows
 // [floor(i H / OH), ceil((i + 1) H / OH)) and the same for columns.
-Tensor adaptive_avg_pool2d_forward(ExecContext& ctx, const Tensor& x, int64_t out_h,
-                                   int64_t out_w);
+Tensor adaptive_avg_pool2d_forward(ExecContext& ctx, const Tensor& x, int64_t out_h, int64_t out_w);
 Tensor adaptive_avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape);
 
 namespace cpu {
@@ -48,8 +54,7 @@ Tensor max_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ind
 Tensor avg_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params);
 Tensor avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape,
                            const Pool2dParams& params);
-Tensor adaptive_avg_pool2d_forward(ExecContext& ctx, const Tensor& x, int64_t out_h,
-                                   int64_t out_w);
+Tensor adaptive_avg_pool2d_forward(ExecContext& ctx, const Tensor& x, int64_t out_h, int64_t out_w);
 Tensor adaptive_avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape);
 }  // namespace cpu
 }  // namespace strata::ops

@@ -1,4 +1,6 @@
 // Softmax over the last dimension (numerically stable: the row maximum is subtracted first).
+// x: (..., C) f32 or f64, contiguous, C > 0. A row whose entries are all -inf (every position
+// masked) gives zeros, not NaN.
 #pragma once
 
 #include "engine/exec_context.h"

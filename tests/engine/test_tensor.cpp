@@ -90,8 +90,7 @@ TEST(Tensor, CopyConvertsDtypesThroughStrides) {
 TEST(Tensor, FillAndZeroOnViews) {
   Tensor t = Tensor::zeros({3, 4});
   t.narrow(1, 1, 2).fill_(7.0);
-  EXPECT_EQ(t.to_vector<float>(),
-            (std::vector<float>{0, 7, 7, 0, 0, 7, 7, 0, 0, 7, 7, 0}));
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 7, 7, 0, 0, 7, 7, 0, 0, 7, 7, 0}));
   t.transpose(0, 1).select(0, 1).zero_();
   EXPECT_EQ(t.to_vector<float>()[1], 0.0f);
   EXPECT_EQ(t.to_vector<float>()[2], 7.0f);

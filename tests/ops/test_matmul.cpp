@@ -48,8 +48,8 @@ TEST_P(MatmulTest, MatchesNaiveProductInF32AndF64) {
   const MatmulCase& p = GetParam();
   ExecContext ctx;
   Tensor a = random_tensor(p.a, 1), b = random_tensor(p.b, 2);
-  EXPECT_TRUE(all_close(ops::matmul(ctx, a, b, p.ta, p.tb), naive_matmul(a, b, p.ta, p.tb), 1e-12,
-                        1e-12));
+  EXPECT_TRUE(
+      all_close(ops::matmul(ctx, a, b, p.ta, p.tb), naive_matmul(a, b, p.ta, p.tb), 1e-12, 1e-12));
   Tensor a32 = a.to(DType::kF32), b32 = b.to(DType::kF32);
   EXPECT_TRUE(all_close(ops::matmul(ctx, a32, b32, p.ta, p.tb), naive_matmul(a, b, p.ta, p.tb),
                         1e-5, 1e-5));
@@ -87,9 +87,9 @@ TEST(Matmul, RejectsMismatchedShapes) {
   ExecContext ctx;
   EXPECT_THROW(ops::matmul(ctx, random_tensor({3, 4}, 1), random_tensor({5, 6}, 2)), Error);
   EXPECT_THROW(ops::matmul(ctx, random_tensor({2, 3, 4}, 1), random_tensor({3, 4, 5}, 2)), Error);
-  EXPECT_THROW(ops::matmul(ctx, random_tensor({3, 4}, 1), random_tensor({4, 5}, 2, -1, 1,
-                                                                         DType::kF32)),
-               Error);
+  EXPECT_THROW(
+      ops::matmul(ctx, random_tensor({3, 4}, 1), random_tensor({4, 5}, 2, -1, 1, DType::kF32)),
+      Error);
 }
 
 TEST(Linear, ForwardMatchesMatmulPlusBias) {

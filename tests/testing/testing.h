@@ -26,8 +26,7 @@ inline Tensor random_tensor(const Shape& shape, uint64_t seed, double lo = -1.0,
 }
 
 // Integer ids uniform in [0, n).
-inline Tensor random_ids(const Shape& shape, int64_t n, uint64_t seed,
-                         DType dtype = DType::kI64) {
+inline Tensor random_ids(const Shape& shape, int64_t n, uint64_t seed, DType dtype = DType::kI64) {
   std::vector<int64_t> v(static_cast<size_t>(shape_numel(shape)));
   PhiloxStream rng(seed, 0x1d5);
   for (auto& x : v) x = static_cast<int64_t>(rng.next_below(static_cast<uint64_t>(n)));
@@ -92,9 +91,9 @@ inline ::testing::AssertionResult gradients_match(
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!analytic[i].defined()) continue;
     if (analytic[i].shape() != inputs[i].shape()) {
-      return ::testing::AssertionFailure() << "gradient of input " << i << " has shape "
-                                           << analytic[i].shape_str() << ", input has "
-                                           << inputs[i].shape_str();
+      return ::testing::AssertionFailure()
+             << "gradient of input " << i << " has shape " << analytic[i].shape_str()
+             << ", input has " << inputs[i].shape_str();
     }
     TensorList xs;
     for (const Tensor& x : inputs) xs.push_back(x.clone());

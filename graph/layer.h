@@ -1,0 +1,91 @@
+// The Layer contract: the unit of the graph, of profiling, of partitioning and of migration.
+//
+//   forward(ctx, inputs, tape)        -> outputs      records what backward needs on `tape`
+//   backward(ctx, grad_outputs, tape) -> grad_inputs  accumulates (+=) parameter gradients,
+//                                                     returns (overwrites) input gradients
+//
+// A layer owns no memory of its own: its parameters, gradients and buffers (running statistics)
+// are views into the flat buffers of a ParamStore, bound with bind(). What backward needs from
+// forward is on the LayerTape and nowhere else, so swap, recompute and weight stashing can act on
+// it. A layer has a stable name ("blocks.3.attn", "conv1") used by checkpoints and plans.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/exec_context.h"
+#include "engine/tape.h"
+#include "engine/tensor.h"
+
+namespace strata::graph {
+
+// How a parameter or buffer starts. Values are drawn from Philox keyed by the run's seed and the
+// hash of "layer.param", so a weight is the same whichever stage or rank builds it.
+struct ParamInit {
+  enum class Kind { kZeros, kOnes, kUniform, kNormal };
+  Kind kind = Kind::kZeros;
+  double scale = 0.0;  // uniform: values in [-scale, scale); normal: standard deviation
+
+  static ParamInit zeros() { return {Kind::kZeros, 0.0}; }
+  static ParamInit ones() { return {Kind::kOnes, 0.0}; }
+  static ParamInit uniform(double bound) { return {Kind::kUniform, bound}; }
+  static ParamInit normal(double std) { return {Kind::kNormal, std}; }
+};
+
+struct ParamSpec {
+  std::string name;  // "weight", "bias", "running_mean"
+  Shape shape;
+  ParamInit init;
+  bool weight_decay = true;  // false for biases and normalization scales/shifts
+};
+
+// The views a ParamStore hands to a layer, in the order of its specs.
+struct LayerParams {
+  TensorList params;   // param_specs() order
+  TensorList grads;    // same shapes as params
+  TensorList buffers;  // buffer_specs() order (not trained: running statistics)
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual const char* type() const = 0;  // "conv2d", "linear", ...
+
+  virtual std::vector<ParamSpec> param_specs() const { return {}; }
+  virtual std::vector<ParamSpec> buffer_specs() const { return {}; }
+
+  // The per-sample output shape for a per-sample input shape (no batch dimension). Throws
+  // strata::Error naming the layer when the input does not fit.
+  virtual Shape output_shape(const Shape& input_shape) const = 0;
+
+  virtual TensorList forward(ExecContext& ctx, const TensorList& inputs, LayerTape& tape) = 0;
+  virtual TensorList backward(ExecContext& ctx, const TensorList& grad_outputs,
+                              LayerTape& tape) = 0;
+
+  // Called by ParamStore; checks counts and shapes against the specs.
+  void bind(LayerParams params);
+  bool bound() const { return bound_; }
+
+  // Forward FLOPs of one sample (multiply-adds count 2), for throughput reporting; 0 if unknown.
+  virtual double forward_flops(const Shape& input_shape) const { return 0.0; }
+
+ protected:
+  const Tensor& param(size_t i) const;
+  const Tensor& grad(size_t i) const;
+  const Tensor& buffer(size_t i) const;
+  // The single input of a one-input layer (checked).
+  const Tensor& single_input(const TensorList& inputs) const;
+
+ private:
+  std::string name_;
+  LayerParams params_;
+  bool bound_ = false;
+};
+
+}  // namespace strata::graph

@@ -1,0 +1,130 @@
+// Model bookkeeping and the forward/backward walk over a range of layers.
+#include "graph/model.h"
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "engine/check.h"
+#include "graph/profiler.h"
+
+namespace strata::graph {
+
+Model::Model(std::string name, Shape input_shape, DType input_dtype)
+    : name_(std::move(name)), input_dtype_(input_dtype), shapes_{std::move(input_shape)} {}
+
+Layer& Model::add(std::unique_ptr<Layer> layer) {
+  STRATA_CHECK(layer != nullptr) << "model " << name_ << ": null layer";
+  STRATA_CHECK(!layer->name().empty()) << "model " << name_ << ": layer " << layers_.size() << " ("
+                                       << layer->type() << ") has no name";
+  STRATA_CHECK(!find(layer->name()).has_value())
+      << "model " << name_ << ": layer name '" << layer->name() << "' is used twice";
+  shapes_.push_back(layer->output_shape(shapes_.back()));
+  layers_.push_back(std::move(layer));
+  return *layers_.back();
+}
+
+Layer& Model::layer(size_t i) {
+  STRATA_CHECK_LT(i, layers_.size()) << "model " << name_;
+  return *layers_[i];
+}
+
+const Layer& Model::layer(size_t i) const {
+  STRATA_CHECK_LT(i, layers_.size()) << "model " << name_;
+  return *layers_[i];
+}
+
+std::optional<size_t> Model::find(const std::string& layer_name) const {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->name() == layer_name) return i;
+  }
+  return std::nullopt;
+}
+
+const Shape& Model::shape_before(size_t i) const {
+  STRATA_CHECK_LE(i, layers_.size()) << "model " << name_;
+  return shapes_[i];
+}
+
+double Model::forward_flops(size_t begin, size_t end) const {
+  check_range(begin, end);
+  double flops = 0;
+  for (size_t i = begin; i < end; ++i) flops += layers_[i]->forward_flops(shapes_[i]);
+  return flops;
+}
+
+void Model::check_range(size_t begin, size_t end) const {
+  STRATA_CHECK(begin <= end && end <= layers_.size())
+      << "model " << name_ << ": layer range [" << begin << ", " << end << ") outside its "
+      << layers_.size() << " layers";
+}
+
+TensorList Model::forward(ExecContext& ctx, size_t begin, size_t end, const TensorList& inputs,
+                          Tape& tape, const ForwardOptions& options, LayerProfiler* profiler) {
+  using Clock = std::chrono::steady_clock;
+  check_range(begin, end);
+  tape.layers.assign(end - begin, LayerTape{});
+  TensorList x = inputs;
+  for (size_t i = begin; i < end; ++i) {
+    LayerTape& t = tape.layers[i - begin];
+    t.rng = RngOffsets{options.seed, static_cast<uint64_t>(i), options.step, options.sample_offset};
+    t.training = options.training;
+    t.weight_version = options.weight_version;
+    t.needs_input_grad = i > 0;
+    t.input_shape = x.empty() ? Shape{} : x[0].shape();
+    const auto start = Clock::now();
+    x = layers_[i]->forward(ctx, x, t);
+    if (profiler != nullptr) {
+      size_t out_bytes = 0;
+      for (const Tensor& y : x) out_bytes += y.defined() ? y.nbytes() : 0;
+      const int64_t batch = t.input_shape.empty() ? 1 : t.input_shape[0];
+      profiler->record_forward(i, std::chrono::duration<double>(Clock::now() - start).count(),
+                               batch, out_bytes, t.saved_bytes());
+    }
+    if (!options.keep_tape) t.clear();
+  }
+  return x;
+}
+
+TensorList Model::backward(ExecContext& ctx, size_t begin, size_t end,
+                           const TensorList& grad_outputs, Tape& tape, LayerProfiler* profiler) {
+  using Clock = std::chrono::steady_clock;
+  check_range(begin, end);
+  STRATA_CHECK_EQ(tape.layers.size(), end - begin)
+      << "model " << name_ << ": backward over layers [" << begin << ", " << end
+      << ") with a tape of " << tape.layers.size() << " layers (was forward run with keep_tape?)";
+  TensorList grads = grad_outputs;
+  for (size_t i = end; i-- > begin;) {
+    LayerTape& t = tape.layers[i - begin];
+    const auto start = Clock::now();
+    grads = layers_[i]->backward(ctx, grads, t);
+    t.clear();  // the saved tensors are no longer needed
+    if (profiler != nullptr) {
+      profiler->record_backward(i, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  return grads;
+}
+
+std::string Model::summary() const {
+  std::ostringstream s;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-4s %-20s %-20s %-18s %12s\n", "#", "layer", "type", "output",
+                "parameters");
+  s << line;
+  int64_t total = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    int64_t n = 0;
+    for (const ParamSpec& p : layers_[i]->param_specs()) n += shape_numel(p.shape);
+    total += n;
+    std::snprintf(line, sizeof(line), "%-4zu %-20s %-20s %-18s %12lld\n", i,
+                  layers_[i]->name().c_str(), layers_[i]->type(), shape_str(shapes_[i + 1]).c_str(),
+                  static_cast<long long>(n));
+    s << line;
+  }
+  std::snprintf(line, sizeof(line), "total parameters: %lld\n", static_cast<long long>(total));
+  s << line;
+  return s.str();
+}
+
+}  // namespace strata::graph

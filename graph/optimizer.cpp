@@ -1,0 +1,63 @@
+#include "graph/optimizer.h"
+
+#include "engine/check.h"
+
+namespace strata::graph {
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  STRATA_THROW() << "unknown optimizer '" << name << "' (valid: sgd, adamw)";
+}
+
+const char* optimizer_name(OptimizerKind kind) {
+  return kind == OptimizerKind::kSgd ? "sgd" : "adamw";
+}
+
+Optimizer::Optimizer(ParamStore& store, const OptimizerConfig& config)
+    : store_(store), config_(config) {
+  STRATA_CHECK(config.weight_decay >= 0) << "--weight-decay must be >= 0";
+  STRATA_CHECK(config.clip_grad_norm >= 0) << "--clip-grad-norm must be >= 0";
+  config_.schedule.lr_at(0);  // validates the schedule's fields up front
+  if (config.kind == OptimizerKind::kSgd) {
+    STRATA_CHECK(config.momentum >= 0 && config.momentum < 1) << "--momentum must be in [0, 1)";
+    STRATA_CHECK(!config.nesterov || config.momentum > 0) << "--nesterov needs --momentum > 0";
+    store_.ensure_state(config.momentum > 0 ? 1 : 0);
+  } else {
+    store_.ensure_state(2);  // m, v
+  }
+}
+
+OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step) {
+  OptimizerStepInfo info;
+  info.lr = config_.schedule.lr_at(step);
+  const TensorList grads{store_.grads()};
+  info.grad_norm = config_.clip_grad_norm > 0
+                       ? ops::clip_grad_norm(ctx, grads, config_.clip_grad_norm)
+                       : ops::global_grad_norm(ctx, grads);
+  const auto& entries = store_.param_entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const double wd = entries[i].weight_decay ? config_.weight_decay : 0.0;
+    if (config_.kind == OptimizerKind::kSgd) {
+      ops::SgdOptions o;
+      o.lr = info.lr;
+      o.momentum = config_.momentum;
+      o.nesterov = config_.nesterov;
+      o.weight_decay = wd;
+      ops::sgd_step(ctx, store_.param(i), store_.grad(i),
+                    config_.momentum > 0 ? store_.state_view(0, i) : Tensor(), o, step + 1);
+    } else {
+      ops::AdamWOptions o;
+      o.lr = info.lr;
+      o.beta1 = config_.beta1;
+      o.beta2 = config_.beta2;
+      o.eps = config_.eps;
+      o.weight_decay = wd;
+      ops::adamw_step(ctx, store_.param(i), store_.grad(i), store_.state_view(0, i),
+                      store_.state_view(1, i), o, step + 1);
+    }
+  }
+  return info;
+}
+
+}  // namespace strata::graph

@@ -1,0 +1,53 @@
+// Optimizer: the update rule, learning-rate schedule and gradient clipping for one ParamStore.
+//
+// Weight decay applies to parameters whose spec asks for it (weights of convolutions and linear
+// layers), not to biases and normalization parameters, as the GPT-2 and BERT recipes do.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/exec_context.h"
+#include "graph/param_store.h"
+#include "ops/lr_schedule.h"
+#include "ops/optimizer.h"
+
+namespace strata::graph {
+
+enum class OptimizerKind { kSgd, kAdamW };
+// Parses sgd|adamw; throws strata::Error listing them otherwise.
+OptimizerKind parse_optimizer(const std::string& name);
+const char* optimizer_name(OptimizerKind kind);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  ops::LrSchedule schedule;  // base_lr is the learning rate
+  double weight_decay = 0.0;
+  double momentum = 0.9;        // sgd
+  bool nesterov = false;        // sgd
+  double beta1 = 0.9;           // adamw
+  double beta2 = 0.999;         // adamw
+  double eps = 1e-8;            // adamw
+  double clip_grad_norm = 0.0;  // 0: no clipping
+};
+
+struct OptimizerStepInfo {
+  double lr = 0.0;
+  double grad_norm = 0.0;  // global norm before clipping
+};
+
+class Optimizer {
+ public:
+  Optimizer(ParamStore& store, const OptimizerConfig& config);
+  // Applies optimizer step `step` (counting from 0) to the store's parameters from its
+  // accumulated gradients: clip (when configured), then update with the schedule's rate.
+  // Gradients are left as they are (zero them before the next accumulation).
+  OptimizerStepInfo step(ExecContext& ctx, int64_t step);
+  const OptimizerConfig& config() const { return config_; }
+
+ private:
+  ParamStore& store_;
+  OptimizerConfig config_;
+};
+
+}  // namespace strata::graph

@@ -1,0 +1,134 @@
+// Flat-buffer layout and name-keyed initialization of parameters.
+#include "graph/param_store.h"
+
+#include "engine/check.h"
+#include "engine/philox.h"
+#include "graph/model.h"
+
+namespace strata::graph {
+namespace {
+
+constexpr int64_t kAlign = 16;  // elements
+
+int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+void fill_init(const Tensor& t, const ParamInit& init, uint64_t seed, const std::string& key) {
+  switch (init.kind) {
+    case ParamInit::Kind::kZeros:
+      t.zero_();
+      return;
+    case ParamInit::Kind::kOnes:
+      t.fill_(1.0);
+      return;
+    case ParamInit::Kind::kUniform:
+    case ParamInit::Kind::kNormal:
+      break;
+  }
+  PhiloxStream rng(seed, stable_hash(key));
+  Tensor values = Tensor::empty(t.shape(), DType::kF64);
+  double* p = values.data<double>();
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    p[i] = init.kind == ParamInit::Kind::kUniform ? init.scale * (2.0 * rng.next_uniform() - 1.0)
+                                                  : init.scale * rng.next_normal();
+  }
+  t.copy_from(values);
+}
+
+}  // namespace
+
+ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& allocator, DType dtype)
+    : begin_(begin), end_(end), allocator_(&allocator), dtype_(dtype) {
+  STRATA_CHECK(begin <= end && end <= model.size())
+      << "ParamStore: layer range [" << begin << ", " << end << ") outside model " << model.name();
+  STRATA_CHECK(dtype == DType::kF32 || dtype == DType::kF64)
+      << "ParamStore keeps f32 (or f64 for gradient checks) master weights, got "
+      << dtype_name(dtype);
+  int64_t param_elems = 0, buffer_elems = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const Layer& layer = model.layer(i);
+    for (const ParamSpec& spec : layer.param_specs()) {
+      Entry e{i,          layer.name(),     spec.name,
+              spec.shape, param_elems,      shape_numel(spec.shape),
+              spec.init,  spec.weight_decay};
+      param_elems += align_up(e.numel);
+      param_entries_.push_back(std::move(e));
+    }
+    for (const ParamSpec& spec : layer.buffer_specs()) {
+      Entry e{i,         layer.name(), spec.name, spec.shape, buffer_elems, shape_numel(spec.shape),
+              spec.init, false};
+      buffer_elems += align_up(e.numel);
+      buffer_entries_.push_back(std::move(e));
+    }
+  }
+  params_ = Tensor::empty({param_elems}, dtype, allocator_);
+  grads_ = Tensor::zeros({param_elems}, dtype, allocator_);
+  buffers_ = Tensor::empty({buffer_elems}, dtype, allocator_);
+  params_.zero_();  // alignment padding stays zero forever
+  buffers_.zero_();
+  size_t pi = 0, bi = 0;
+  for (size_t i = begin; i < end; ++i) {
+    Layer& layer = model.layer(i);
+    LayerParams views;
+    for (; pi < param_entries_.size() && param_entries_[pi].layer_index == i; ++pi) {
+      views.params.push_back(param(pi));
+      views.grads.push_back(grad(pi));
+    }
+    for (; bi < buffer_entries_.size() && buffer_entries_[bi].layer_index == i; ++bi) {
+      views.buffers.push_back(buffer(bi));
+    }
+    layer.bind(std::move(views));
+  }
+}
+
+void ParamStore::initialize(uint64_t seed) {
+  for (size_t i = 0; i < param_entries_.size(); ++i) {
+    fill_init(param(i), param_entries_[i].init, seed, param_entries_[i].full_name());
+  }
+  for (size_t i = 0; i < buffer_entries_.size(); ++i) {
+    fill_init(buffer(i), buffer_entries_[i].init, seed, buffer_entries_[i].full_name());
+  }
+}
+
+void ParamStore::zero_grads() { grads_.zero_(); }
+
+Tensor ParamStore::view_of(const Tensor& flat, const Entry& e) const {
+  return flat.narrow(0, e.offset, e.numel).view(e.shape);
+}
+
+Tensor ParamStore::param(size_t i) const {
+  STRATA_CHECK_LT(i, param_entries_.size()) << "ParamStore::param";
+  return view_of(params_, param_entries_[i]);
+}
+
+Tensor ParamStore::grad(size_t i) const {
+  STRATA_CHECK_LT(i, param_entries_.size()) << "ParamStore::grad";
+  return view_of(grads_, param_entries_[i]);
+}
+
+Tensor ParamStore::buffer(size_t i) const {
+  STRATA_CHECK_LT(i, buffer_entries_.size()) << "ParamStore::buffer";
+  return view_of(buffers_, buffer_entries_[i]);
+}
+
+int64_t ParamStore::num_params() const {
+  int64_t n = 0;
+  for (const Entry& e : param_entries_) n += e.numel;
+  return n;
+}
+
+void ParamStore::ensure_state(size_t slots) {
+  while (state_.size() < slots)
+    state_.push_back(Tensor::zeros(params_.shape(), dtype_, allocator_));
+}
+
+const Tensor& ParamStore::state(size_t slot) const {
+  STRATA_CHECK_LT(slot, state_.size()) << "ParamStore: optimizer state slot not allocated";
+  return state_[slot];
+}
+
+Tensor ParamStore::state_view(size_t slot, size_t i) const {
+  STRATA_CHECK_LT(i, param_entries_.size()) << "ParamStore::state_view";
+  return view_of(state(slot), param_entries_[i]);
+}
+
+}  // namespace strata::graph

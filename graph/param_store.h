@@ -1,0 +1,75 @@
+// ParamStore: one flat buffer each for the parameters, gradients, buffers (running statistics)
+// and optimizer state of a range of layers (a pipeline stage), carved into per-layer views.
+//
+// Flat buffers make all-reduce, clipping, checkpointing and migration single operations on
+// contiguous ranges (llm.c's malloc_and_point_parameters). Every parameter starts at a multiple
+// of 16 elements (64 bytes for f32).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/allocator.h"
+#include "engine/tensor.h"
+#include "graph/layer.h"
+
+namespace strata::graph {
+
+class Model;
+
+class ParamStore {
+ public:
+  struct Entry {
+    size_t layer_index = 0;  // in the model
+    std::string layer;       // the layer's name
+    std::string name;        // "weight"
+    Shape shape;
+    int64_t offset = 0;  // elements into the flat buffer
+    int64_t numel = 0;
+    ParamInit init;
+    bool weight_decay = true;
+    std::string full_name() const { return layer + "." + name; }
+  };
+
+  // Lays out layers [begin, end) of `model` and binds the views to the layers. Parameters are
+  // uninitialized until initialize(); gradients start at zero.
+  ParamStore(Model& model, size_t begin, size_t end, Allocator& allocator,
+             DType dtype = DType::kF32);
+
+  // Fills parameters and buffers from their ParamInit with Philox streams keyed by
+  // (seed, "layer.name"): identical whichever range of layers a store holds.
+  void initialize(uint64_t seed);
+  void zero_grads();
+
+  const Tensor& params() const { return params_; }    // (num_params,)
+  const Tensor& grads() const { return grads_; }      // (num_params,)
+  const Tensor& buffers() const { return buffers_; }  // (num_buffer_elements,)
+  const std::vector<Entry>& param_entries() const { return param_entries_; }
+  const std::vector<Entry>& buffer_entries() const { return buffer_entries_; }
+  Tensor param(size_t i) const;
+  Tensor grad(size_t i) const;
+  Tensor buffer(size_t i) const;
+  // Parameters (trainable elements, without alignment padding).
+  int64_t num_params() const;
+  size_t begin() const { return begin_; }
+  size_t end() const { return end_; }
+
+  // Optimizer state: `slots` flat buffers laid out like params(), zero-filled when first made.
+  void ensure_state(size_t slots);
+  size_t state_slots() const { return state_.size(); }
+  const Tensor& state(size_t slot) const;
+  Tensor state_view(size_t slot, size_t i) const;
+
+ private:
+  Tensor view_of(const Tensor& flat, const Entry& e) const;
+
+  size_t begin_, end_;
+  Allocator* allocator_;
+  DType dtype_;
+  std::vector<Entry> param_entries_, buffer_entries_;
+  Tensor params_, grads_, buffers_;
+  std::vector<Tensor> state_;
+};
+
+}  // namespace strata::graph

@@ -1,0 +1,162 @@
+// The `strata` binary end to end: help, bad input of every kind, and a short real training run
+// whose metrics file is checked line by line.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/idx.h"
+#include "io/mnist.h"
+
+namespace {
+
+struct Result {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(STRATA_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/strata_cli_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(Cli, HelpListsEveryCommandAndFlagWithDefaults) {
+  const Result r = run("--help");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"train", "profile", "bench", "--batch-size INT=64",
+                        "--lr FLOAT=", "--mem-limit", "--metrics", "--log-every INT=100", "--seed",
+                        "--device", "--threads", "--optimizer TEXT=adamw", "--weight-decay",
+                        "--dataset", "--data-dir", "--epochs", "--steps"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing " << s << " in\n" << r.output;
+  }
+  EXPECT_EQ(run("train --help").status, 0);
+}
+
+TEST(Cli, UnknownFlagListsTheValidOnes) {
+  const Result r = run("train --batchsize 3");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.output, "--batchsize")) << r.output;
+  EXPECT_TRUE(contains(r.output, "valid flags for strata train: --model")) << r.output;
+}
+
+TEST(Cli, UnknownModelAndDatasetListTheValidOnes) {
+  Result r = run("train --model alexnet --steps 1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.output, "unknown model 'alexnet' (valid: cnn, mlp")) << r.output;
+  r = run("train --dataset imagenet --steps 1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.output, "unknown dataset 'imagenet' (valid: fashion-mnist, mnist)"))
+      << r.output;
+}
+
+TEST(Cli, MissingDatasetNamesThePackageAndTheFlag) {
+  const Result r = run("train --data-dir /nonexistent/fmnist --steps 1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.output, "dataset-fashion-mnist")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--data-dir")) << r.output;
+}
+
+TEST(Cli, CorruptIdxNamesTheFileAndOffset) {
+  const std::string dir = temp_dir("corrupt");
+  // A label file cut short: the header promises 100 labels, the file holds 10.
+  std::ofstream(dir + "/train-images-idx3-ubyte", std::ios::binary) << std::string(16, '\0');
+  std::string labels("\x00\x00\x08\x01\x00\x00\x00\x64", 8);
+  labels += std::string(10, '\x01');
+  std::ofstream(dir + "/train-labels-idx1-ubyte", std::ios::binary) << labels;
+  std::ofstream(dir + "/t10k-images-idx3-ubyte", std::ios::binary) << std::string(16, '\0');
+  std::ofstream(dir + "/t10k-labels-idx1-ubyte", std::ios::binary) << labels;
+  const Result r = run("train --data-dir " + dir + " --steps 1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.output, dir + "/train-")) << r.output;
+  EXPECT_TRUE(contains(r.output, "offset")) << r.output;
+}
+
+TEST(Cli, MemoryLimitTooSmallIsAnOutOfMemoryError) {
+  if (!std::filesystem::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "no Fashion-MNIST";
+  const Result r = run("train --mem-limit 64KiB --steps 1 --train-samples 256 --test-samples 64");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.output, "out of memory on cpu")) << r.output;
+  EXPECT_TRUE(contains(r.output, "limit 64.00 KiB")) << r.output;
+  EXPECT_TRUE(contains(r.output, "peak")) << r.output;
+}
+
+TEST(Cli, BadValuesAreErrorsNotCrashes) {
+  EXPECT_EQ(run("train --device cuda:7 --steps 1").status, 1);
+  EXPECT_TRUE(contains(run("train --device cuda:7 --steps 1").output, "available: cpu"));
+  EXPECT_EQ(run("train --optimizer lion --steps 1 --train-samples 64 --test-samples 64").status, 1);
+  EXPECT_EQ(run("train --mem-limit lots --steps 1").status, 1);
+  EXPECT_EQ(run("train --batch-size 0 --steps 1 --train-samples 64 --test-samples 64").status, 1);
+}
+
+TEST(Cli, ShortTrainingRunWritesMetrics) {
+  if (!std::filesystem::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "no Fashion-MNIST";
+  const std::string dir = temp_dir("metrics");
+  const Result r =
+      run("train --size tiny --steps 12 --log-every 4 --batch-size 32 "
+          "--train-samples 1024 --test-samples 256 --metrics " +
+          dir + "/m.jsonl --threads 1 --progress off");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* s :
+       {"dataset", "fashion-mnist/train", "parameters", "layout", "step 4/12 | epoch 1 | loss",
+        "samples/s", "eval test | step 12", "accuracy", "done: 12 steps"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing '" << s << "' in\n" << r.output;
+  }
+  std::ifstream in(dir + "/m.jsonl");
+  std::string line;
+  int train = 0, eval = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] == "train") {
+      ++train;
+      for (const char* k : {"step", "epoch", "loss", "lr", "samples_per_s"}) {
+        EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
+      }
+    } else {
+      ++eval;
+      for (const char* k : {"split", "step", "loss", "accuracy"}) {
+        EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
+      }
+    }
+  }
+  EXPECT_EQ(train, 3);
+  EXPECT_EQ(eval, 1);
+}
+
+TEST(Cli, ProfileAndBenchRun) {
+  if (std::filesystem::exists(strata::io::kFashionMnistDir)) {
+    const std::string dir = temp_dir("profile");
+    const Result p =
+        run("profile --size tiny --steps 2 --batch-size 16 --output " + dir + "/p.json");
+    EXPECT_EQ(p.status, 0) << p.output;
+    EXPECT_TRUE(contains(p.output, "conv1")) << p.output;
+    EXPECT_TRUE(std::filesystem::exists(dir + "/p.json"));
+  }
+  const Result b = run("bench --filter linear_fc1 --min-seconds 0.01");
+  EXPECT_EQ(b.status, 0) << b.output;
+  EXPECT_TRUE(contains(b.output, "linear_fc1_fwd")) << b.output;
+}
+
+}  // namespace

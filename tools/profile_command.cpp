@@ -1,0 +1,76 @@
+// Runs a few training steps (forward, loss, backward; no optimizer update, so every step sees
+// the same weights) with the layer profiler attached. The first step warms up and is not counted.
+#include "tools/profile_command.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "engine/check.h"
+#include "graph/param_store.h"
+#include "graph/profiler.h"
+#include "graph/train_step.h"
+#include "io/data_loader.h"
+#include "io/datasets.h"
+#include "models/registry.h"
+#include "tools/common.h"
+
+namespace strata::tools {
+
+CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
+  CLI::App* cmd = app.add_subcommand("profile", "Measure per-layer time and memory of a model");
+  cmd->option_defaults()->always_capture_default();
+  cmd->add_option("--model", o.model, "Built-in model: " + models::model_names());
+  cmd->add_option("--size", o.size, "Model size (empty = the model's default)");
+  cmd->add_option("--model-spec", o.model_spec, "ModelSpec .prototxt file instead of --model");
+  cmd->add_option("--dataset", o.dataset, "Dataset: " + io::dataset_names());
+  cmd->add_option("--data-dir", o.data_dir, "Directory holding the dataset's files");
+  cmd->add_option("--batch-size", o.batch_size, "Samples per profiled step");
+  cmd->add_option("--steps", o.steps, "Profiled steps (after one warm-up step)");
+  cmd->add_option("--threads", o.threads, "CPU threads for ops (0 = all cores)");
+  cmd->add_option("--seed", o.seed, "Seed of the initial weights");
+  cmd->add_option("--output", o.output, "Also write the profile as JSON to this file");
+  return cmd;
+}
+
+int run_profile(const ProfileOptions& o) {
+  STRATA_CHECK_GT(o.steps, 0) << "--steps must be positive";
+  ExecContext ctx(Device::cpu(), nullptr, o.threads);
+  std::shared_ptr<const io::Dataset> data = io::open_dataset(o.dataset, o.data_dir, "train");
+  std::unique_ptr<graph::Model> model = build_cli_model(o.model, o.size, o.model_spec, *data);
+  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
+  store.initialize(o.seed);
+  graph::LayerProfiler profiler(*model);
+
+  io::DataLoaderOptions lo;
+  lo.batch_size = o.batch_size;
+  lo.seed = o.seed;
+  io::DataLoader loader(data, lo);
+  io::Batch batch;
+  int64_t epoch = 0;
+  loader.start_epoch(epoch);
+  for (int64_t step = 0; step <= o.steps; ++step) {
+    if (!loader.next(&batch)) {
+      loader.start_epoch(++epoch);
+      STRATA_CHECK(loader.next(&batch)) << "dataset " << data->name() << " yields no batches";
+    }
+    graph::ForwardOptions fwd;
+    fwd.seed = o.seed;
+    fwd.step = step;
+    graph::train_forward_backward(ctx, *model, batch.input, batch.target, {}, fwd, &profiler);
+    store.zero_grads();
+    if (step == 0) profiler.reset();  // the warm-up step
+  }
+  std::printf("profile of %s on %s, batch %lld, %lld steps (%s)\n\n%s", model->name().c_str(),
+              data->name().c_str(), static_cast<long long>(o.batch_size),
+              static_cast<long long>(o.steps), describe_threads(ctx).c_str(),
+              profiler.table().c_str());
+  if (!o.output.empty()) {
+    std::ofstream out(o.output);
+    STRATA_CHECK(out.good()) << "cannot write profile to '" << o.output << "'";
+    out << profiler.to_json() << "\n";
+    std::printf("wrote %s\n", o.output.c_str());
+  }
+  return 0;
+}
+
+}  // namespace strata::tools

@@ -1,0 +1,96 @@
+#include "tools/progress.h"
+
+#include <cmath>
+
+namespace strata::tools {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%ld:%02ld", s / 60, s % 60);
+  }
+  return buf;
+}
+
+ConsoleReporter::ConsoleReporter(std::FILE* out, io::JsonlWriter* metrics, int64_t epochs,
+                                 bool live)
+    : out_(out), metrics_(metrics), epochs_(epochs), live_(live) {}
+
+void ConsoleReporter::clear_live_line() {
+  if (!live_line_shown_) return;
+  std::fprintf(out_, "\r\033[2K");
+  live_line_shown_ = false;
+}
+
+void ConsoleReporter::on_step(const parallel::StepRecord& r) {
+  if (!live_) return;
+  // Redraw at most ~10 times a second.
+  if (r.step != r.total_steps && r.elapsed_s - last_draw_ < 0.1) return;
+  last_draw_ = r.elapsed_s;
+  const int width = 24;
+  const double frac = r.total_steps > 0 ? static_cast<double>(r.step) / r.total_steps : 0.0;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(width - filled), '.');
+  std::fprintf(out_, "\r\033[2K[%s] %3.0f%% step %lld/%lld | loss %.4f | %.0f samples/s | ETA %s",
+               bar.c_str(), 100.0 * frac, static_cast<long long>(r.step),
+               static_cast<long long>(r.total_steps), r.loss, r.samples_per_s,
+               format_duration(r.eta_s).c_str());
+  std::fflush(out_);
+  live_line_shown_ = true;
+}
+
+void ConsoleReporter::on_log(const parallel::StepRecord& r) {
+  clear_live_line();
+  char epoch[48];
+  if (epochs_ > 0) {
+    std::snprintf(epoch, sizeof(epoch), "%lld/%lld", static_cast<long long>(r.epoch + 1),
+                  static_cast<long long>(epochs_));
+  } else {
+    std::snprintf(epoch, sizeof(epoch), "%lld", static_cast<long long>(r.epoch + 1));
+  }
+  std::fprintf(out_,
+               "step %lld/%lld | epoch %s | loss %.4f | lr %.2e | grad_norm %.3f | %.0f samples/s"
+               " | elapsed %s | eta %s\n",
+               static_cast<long long>(r.step), static_cast<long long>(r.total_steps), epoch, r.loss,
+               r.lr, r.grad_norm, r.samples_per_s, format_duration(r.elapsed_s).c_str(),
+               format_duration(r.eta_s).c_str());
+  std::fflush(out_);
+  if (metrics_ != nullptr) {
+    metrics_->write({{"type", "train"},
+                     {"step", r.step},
+                     {"epoch", r.epoch},
+                     {"loss", r.loss},
+                     {"lr", r.lr},
+                     {"grad_norm", r.grad_norm},
+                     {"samples_per_s", r.samples_per_s},
+                     {"elapsed_s", r.elapsed_s}});
+  }
+}
+
+void ConsoleReporter::on_eval(const parallel::EvalRecord& r) {
+  clear_live_line();
+  std::fprintf(out_,
+               "eval %s | step %lld | epoch %lld | loss %.4f | accuracy %.2f%% | top5 %.2f%% | "
+               "%lld samples | %.1fs\n",
+               r.split.c_str(), static_cast<long long>(r.step), static_cast<long long>(r.epoch + 1),
+               r.loss, 100.0 * r.accuracy, 100.0 * r.top5, static_cast<long long>(r.samples),
+               r.seconds);
+  std::fflush(out_);
+  if (metrics_ != nullptr) {
+    metrics_->write({{"type", "eval"},
+                     {"split", r.split},
+                     {"step", r.step},
+                     {"epoch", r.epoch},
+                     {"loss", r.loss},
+                     {"accuracy", r.accuracy},
+                     {"top5", r.top5},
+                     {"samples", r.samples}});
+  }
+}
+
+}  // namespace strata::tools

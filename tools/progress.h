@@ -1,0 +1,37 @@
+// Console reporting for `strata train`: a live progress line on a terminal, and one greppable
+// line per logged step and per evaluation (also when output goes to a file or a pipe).
+//
+//   step 50/1876 | epoch 1/2 | loss 0.6123 | lr 1.00e-03 | grad_norm 1.234 | 2345 samples/s | ...
+//   eval test | step 938 | epoch 1 | loss 0.3012 | accuracy 89.12% | top5 99.80% | ...
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "io/metrics.h"
+#include "parallel/trainer.h"
+
+namespace strata::tools {
+
+std::string format_duration(double seconds);  // "1:23", "1:02:03"
+
+class ConsoleReporter final : public parallel::TrainObserver {
+ public:
+  // `metrics` may be disabled (no file). `epochs` is for display only (0: by steps).
+  ConsoleReporter(std::FILE* out, io::JsonlWriter* metrics, int64_t epochs, bool live);
+  void on_step(const parallel::StepRecord& r) override;
+  void on_log(const parallel::StepRecord& r) override;
+  void on_eval(const parallel::EvalRecord& r) override;
+
+ private:
+  void clear_live_line();
+
+  std::FILE* out_;
+  io::JsonlWriter* metrics_;
+  int64_t epochs_;
+  bool live_;
+  bool live_line_shown_ = false;
+  double last_draw_ = -1.0;
+};
+
+}  // namespace strata::tools

@@ -1,0 +1,87 @@
+// The `strata` command line: one binary, subcommands, long flags.
+//
+// Errors from the library (strata::Error) are printed as "error: ..." with exit status 1; a bad
+// command line prints CLI11's message plus the valid flags and exits with status 2.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "engine/check.h"
+#include "engine/log.h"
+#include "tools/bench/op_bench.h"
+#include "tools/profile_command.h"
+#include "tools/train_command.h"
+
+namespace {
+
+// The flags of the subcommand that was being parsed (or of the top level).
+void print_valid_flags(const CLI::App& app) {
+  const CLI::App* target = &app;
+  for (const CLI::App* sub : app.get_subcommands()) target = sub;
+  std::string flags;
+  for (const CLI::Option* opt : target->get_options()) {
+    const std::string name = opt->get_name(false, true);
+    if (name.rfind("--", 0) == 0) flags += (flags.empty() ? "" : ", ") + name;
+  }
+  const std::string cmd = target == &app ? "strata" : "strata " + target->get_name();
+  std::fprintf(stderr, "valid flags for %s: %s\n", cmd.c_str(), flags.c_str());
+  if (target == &app) std::fprintf(stderr, "commands: train, profile, bench\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata: a pipeline-parallel deep-learning training engine"};
+  app.require_subcommand(1);
+  // `strata --help` lists every command with every flag and its default.
+  app.set_help_flag();
+  app.set_help_all_flag("-h,--help", "Print this help (every command and flag) and exit");
+  app.footer("Run `strata COMMAND --help` for one command's flags.");
+  app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "Log level: debug, info, warn, error")
+      ->capture_default_str();
+
+  strata::tools::TrainOptions train;
+  CLI::App* train_cmd = strata::tools::add_train_command(app, train);
+  strata::tools::ProfileOptions profile;
+  CLI::App* profile_cmd = strata::tools::add_profile_command(app, profile);
+  strata::tools::OpBenchOptions bench;
+  CLI::App* bench_cmd =
+      app.add_subcommand("bench", "Benchmark the CPU conv2d and matmul ops beside sgemm");
+  bench_cmd->option_defaults()->always_capture_default();
+  bench_cmd->add_option("--threads", bench.threads, "CPU threads (0 = all cores)");
+  bench_cmd->add_option("--min-seconds", bench.min_seconds, "Minimum time per measurement");
+  bench_cmd->add_option("--filter", bench.filter, "Only cases whose name contains this");
+  bench_cmd->add_option("--json", bench.json, "Also write the results as JSON Lines here");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    print_valid_flags(app);
+    return 2;
+  }
+
+  try {
+    strata::set_log_level(strata::parse_log_level(log_level));
+    if (*train_cmd) return strata::tools::run_train(train);
+    if (*profile_cmd) return strata::tools::run_profile(profile);
+    if (*bench_cmd) return strata::tools::run_op_bench(bench);
+  } catch (const strata::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,48 @@
+// `strata train`: flags, resolved configuration, and the run.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace strata::tools {
+
+struct TrainOptions {
+  std::string model = "cnn";
+  std::string size;  // "" = the model's default
+  std::string model_spec;
+  std::string dataset = "fashion-mnist";
+  std::string data_dir;  // "" = the dataset's default location
+  int64_t epochs = 2;
+  int64_t steps = 0;
+  int64_t batch_size = 64;
+  double lr = 2e-3;
+  std::string optimizer = "adamw";
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  std::string lr_schedule = "cosine";
+  int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+  int64_t lr_step_size = 1000;
+  double lr_gamma = 0.1;
+  double clip_grad_norm = 0.0;
+  double label_smoothing = 0.0;
+  uint64_t seed = 0;
+  std::string device = "auto";
+  int threads = 0;
+  std::string mem_limit;
+  std::string metrics;
+  int64_t log_every = 100;
+  int64_t eval_every = 0;
+  int workers = 2;
+  int64_t train_samples = 0;
+  int64_t test_samples = 0;
+  std::string profile;
+  std::string progress = "auto";
+};
+
+CLI::App* add_train_command(CLI::App& app, TrainOptions& options);
+int run_train(const TrainOptions& options);
+
+}  // namespace strata::tools
