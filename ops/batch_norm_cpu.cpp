@@ -2,10 +2,11 @@
 // of the spatial dimensions (1 for (B, C) input); statistics run over the N = B S values of each
 // channel, one channel per loop iteration over OpenMP threads.
 //
-// Numerics: every per-channel sum is accumulated in double. The variance takes two passes (mean,
+// Numerics: each (b, c) row of S values is summed in x's dtype with a vectorized (reassociated)
+// reduction, and the row sums are accumulated in double. The variance takes two passes (mean,
 // then the sum of squared deviations), avoiding the cancellation of a one-pass sum of squares
-// when |mean| >> std.
-// y = (x - mean) invstd gamma + beta is evaluated in double and rounded once.
+// when |mean| >> std. y = x scale + shift with scale = gamma invstd and shift = beta - mean scale
+// folded in double and applied in x's dtype.
 // Backward of the training forward, with xhat = (x - mean) invstd:
 //   dbeta  = sum(dy),  dgamma = sum(dy xhat)
 //   dx     = gamma invstd (dy - dbeta / N - xhat dgamma / N)
@@ -45,6 +46,23 @@ void check_channel_tensor(const char* op, const Tensor& t, const char* name, con
 void check_affine(const char* op, const Tensor& gamma, const Tensor& beta, const Tensor& x) {
   if (gamma.defined()) check_channel_tensor(op, gamma, "gamma", x);
   if (beta.defined()) check_channel_tensor(op, beta, "beta", x);
+}
+
+// Sum of v[0..n) and of (v - center)^2, vectorized in T.
+template <typename T>
+T row_sum(const T* v, int64_t n) {
+  T acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += v[i];
+  return acc;
+}
+
+template <typename T>
+T row_squared_deviation(const T* v, int64_t n, T center) {
+  T acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += (v[i] - center) * (v[i] - center);
+  return acc;
 }
 
 int64_t channel_grain(const BnGeometry& g) {
@@ -90,14 +108,13 @@ BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
       for (int64_t c = c0; c < c1; ++c) {
         double sum = 0.0;
         for (int64_t b = 0; b < g.batch; ++b) {
-          const T* v = px + (b * g.channels + c) * g.spatial;
-          for (int64_t s = 0; s < g.spatial; ++s) sum += v[s];
+          sum += row_sum(px + (b * g.channels + c) * g.spatial, g.spatial);
         }
         const double mean = sum / static_cast<double>(n);
         double m2 = 0.0;
         for (int64_t b = 0; b < g.batch; ++b) {
-          const T* v = px + (b * g.channels + c) * g.spatial;
-          for (int64_t s = 0; s < g.spatial; ++s) m2 += (v[s] - mean) * (v[s] - mean);
+          m2 += row_squared_deviation(px + (b * g.channels + c) * g.spatial, g.spatial,
+                                      static_cast<T>(mean));
         }
         const double invstd = 1.0 / std::sqrt(m2 / static_cast<double>(n) + eps);
         pmean[c] = static_cast<T>(mean);
@@ -107,13 +124,15 @@ BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
           prv[c] = static_cast<T>((1.0 - momentum) * prv[c] +
                                   momentum * m2 / static_cast<double>(n - 1));
         }
-        const double scale = invstd * (pg != nullptr ? static_cast<double>(pg[c]) : 1.0);
-        const double shift = pb != nullptr ? static_cast<double>(pb[c]) : 0.0;
+        const double scale_d = invstd * (pg != nullptr ? static_cast<double>(pg[c]) : 1.0);
+        const T scale = static_cast<T>(scale_d);
+        const T shift =
+            static_cast<T>((pb != nullptr ? static_cast<double>(pb[c]) : 0.0) - mean * scale_d);
         for (int64_t b = 0; b < g.batch; ++b) {
-          const int64_t at = (b * g.channels + c) * g.spatial;
-          for (int64_t s = 0; s < g.spatial; ++s) {
-            py[at + s] = static_cast<T>((px[at + s] - mean) * scale + shift);
-          }
+          const T* v = px + (b * g.channels + c) * g.spatial;
+          T* out = py + (b * g.channels + c) * g.spatial;
+#pragma omp simd
+          for (int64_t i = 0; i < g.spatial; ++i) out[i] = v[i] * scale + shift;
         }
       }
     });
@@ -192,26 +211,37 @@ Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
     T* pdx = dx.data<T>();
     detail::parallel_for(g.channels, channel_grain(g), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        const double mean = pmean[c], invstd = pinvstd[c];
+        const T mean = pmean[c], invstd = pinvstd[c];
         double sum_dy = 0.0, sum_dy_xhat = 0.0;
         for (int64_t b = 0; b < g.batch; ++b) {
           const int64_t at = (b * g.channels + c) * g.spatial;
-          for (int64_t s = 0; s < g.spatial; ++s) {
-            sum_dy += pdy[at + s];
-            sum_dy_xhat += pdy[at + s] * ((px[at + s] - mean) * invstd);
+          const T* d = pdy + at;
+          const T* v = px + at;
+          T row_dy = 0, row_dy_xc = 0;  // sum dy, sum dy (x - mean)
+#pragma omp simd reduction(+ : row_dy, row_dy_xc)
+          for (int64_t i = 0; i < g.spatial; ++i) {
+            row_dy += d[i];
+            row_dy_xc += d[i] * (v[i] - mean);
           }
+          sum_dy += row_dy;
+          sum_dy_xhat += static_cast<double>(row_dy_xc) * invstd;
         }
         if (pdb != nullptr) pdb[c] += static_cast<T>(sum_dy);
         if (pdg != nullptr) pdg[c] += static_cast<T>(sum_dy_xhat);
+        // dx = scale (dy - mean_dy - xhat mean_dy_xhat) = a dy + b (x - mean) + k
         const double scale = invstd * (pg != nullptr ? static_cast<double>(pg[c]) : 1.0);
         const double mean_dy = sum_dy / static_cast<double>(n);
         const double mean_dy_xhat = sum_dy_xhat / static_cast<double>(n);
+        const T a = static_cast<T>(scale);
+        const T bx = static_cast<T>(-scale * mean_dy_xhat * invstd);
+        const T k = static_cast<T>(-scale * mean_dy);
         for (int64_t b = 0; b < g.batch; ++b) {
           const int64_t at = (b * g.channels + c) * g.spatial;
-          for (int64_t s = 0; s < g.spatial; ++s) {
-            const double xhat = (px[at + s] - mean) * invstd;
-            pdx[at + s] = static_cast<T>(scale * (pdy[at + s] - mean_dy - xhat * mean_dy_xhat));
-          }
+          const T* d = pdy + at;
+          const T* v = px + at;
+          T* out = pdx + at;
+#pragma omp simd
+          for (int64_t i = 0; i < g.spatial; ++i) out[i] = a * d[i] + bx * (v[i] - mean) + k;
         }
       }
     });
