@@ -1,6 +1,7 @@
-// Each case is timed by repeating it until min_seconds have passed (after one warm-up call) and
-// taking the median call time. FLOPs count a multiply-add as 2. Backward FLOPs are those of the
-// two products it computes (input and weight gradients): twice the forward's.
+// Each case is timed against an sgemm of its matrix shape, the two calls alternating until
+// 2 x min_seconds have passed (after one warm-up call each); the medians are compared. FLOPs count
+// a multiply-add as 2. Backward FLOPs are those of the two products it computes (input and weight
+// gradients): twice the forward's.
 #include "tools/bench/op_bench.h"
 
 #include <algorithm>
@@ -21,31 +22,49 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median_seconds(const std::function<void()>& fn, double min_seconds) {
-  fn();  // warm-up: first-touch of buffers, BLAS thread start
-  std::vector<double> times;
-  const auto start = Clock::now();
-  do {
-    const auto t0 = Clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  } while (std::chrono::duration<double>(Clock::now() - start).count() < min_seconds ||
-           times.size() < 3);
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
 }
 
-// Time of one sgemm C(m, n) = A(m, k) B(k, n) with fresh operands.
-double sgemm_seconds(ExecContext& ctx, int64_t m, int64_t n, int64_t k, double min_seconds) {
-  Tensor a = bench_random({m, k}, 1), b = bench_random({k, n}, 2);
-  Tensor c = Tensor::empty({m, n});
-  return median_seconds(
-      [&] {
-        ops::blas::gemm(ctx, false, false, m, n, k, 1.0f, a.data<float>(), k, b.data<float>(), n,
-                        0.0f, c.data<float>(), n);
-      },
-      min_seconds);
+// Median call times of `op` and `reference`, measured alternately (op, reference, op, ...) so
+// that both see the same machine: on a shared machine, measuring one after the other lets a
+// burst of load from elsewhere fall on only one of them.
+std::pair<double, double> paired_median_seconds(const std::function<void()>& op,
+                                                const std::function<void()>& reference,
+                                                double min_seconds) {
+  op();  // warm-up: first touch of buffers, thread start
+  reference();
+  std::vector<double> op_times, ref_times;
+  const auto start = Clock::now();
+  do {
+    auto t0 = Clock::now();
+    op();
+    op_times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    t0 = Clock::now();
+    reference();
+    ref_times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  } while (std::chrono::duration<double>(Clock::now() - start).count() < 2 * min_seconds ||
+           op_times.size() < 5);
+  return {median(op_times), median(ref_times)};
 }
+
+// sgemm C(m, n) = A(m, k) B(k, n) on fresh operands, as a callable.
+struct Sgemm {
+  Sgemm(int64_t m, int64_t n, int64_t k)
+      : m(m),
+        n(n),
+        k(k),
+        a(bench_random({m, k}, 1)),
+        b(bench_random({k, n}, 2)),
+        c(Tensor::empty({m, n})) {}
+  void operator()(ExecContext& ctx) const {
+    ops::blas::gemm(ctx, false, false, m, n, k, 1.0f, a.data<float>(), k, b.data<float>(), n, 0.0f,
+                    c.data<float>(), n);
+  }
+  int64_t m, n, k;
+  Tensor a, b, c;
+};
 
 struct Row {
   std::string name;
@@ -108,24 +127,25 @@ int run_op_bench(const OpBenchOptions& options) {
     const int64_t ow = ops::conv2d_output_size(cc.w, cc.k, cc.stride, cc.pad, 1);
     const int64_t m = cc.oc, n = cc.b * oh * ow, k = cc.c * cc.k * cc.k;
     const double flops = 2.0 * m * n * k;
-    const double sgemm = flops / sgemm_seconds(ctx, m, n, k, options.min_seconds) / 1e9;
+    const Sgemm sgemm(m, n, k);
     char shape[96];
     std::snprintf(shape, sizeof(shape), "x(%lld,%lld,%lld,%lld) w(%lld,%lld,%lld,%lld) s%lld",
                   (long long)cc.b, (long long)cc.c, (long long)cc.h, (long long)cc.w,
                   (long long)cc.oc, (long long)cc.c, (long long)cc.k, (long long)cc.k,
                   (long long)cc.stride);
     if (fwd) {
-      const double t =
-          median_seconds([&] { ops::conv2d_forward(ctx, x, w, bias, p); }, options.min_seconds);
-      emit({std::string(cc.name) + "_fwd", shape, flops, t, sgemm});
+      const auto [t, ts] = paired_median_seconds([&] { ops::conv2d_forward(ctx, x, w, bias, p); },
+                                                 [&] { sgemm(ctx); }, options.min_seconds);
+      emit({std::string(cc.name) + "_fwd", shape, flops, t, flops / ts / 1e9});
     }
     if (bwd) {
       Tensor y = ops::conv2d_forward(ctx, x, w, bias, p);
       Tensor dy = bench_random(y.shape(), 6);
       Tensor dw = Tensor::zeros(w.shape()), db = Tensor::zeros(bias.shape());
-      const double t = median_seconds([&] { ops::conv2d_backward(ctx, dy, x, w, p, dw, db, true); },
-                                      options.min_seconds);
-      emit({std::string(cc.name) + "_bwd", shape, 2 * flops, t, sgemm});
+      const auto [t, ts] =
+          paired_median_seconds([&] { ops::conv2d_backward(ctx, dy, x, w, p, dw, db, true); },
+                                [&] { sgemm(ctx); }, options.min_seconds);
+      emit({std::string(cc.name) + "_bwd", shape, 2 * flops, t, flops / ts / 1e9});
     }
   }
 
@@ -145,21 +165,22 @@ int run_op_bench(const OpBenchOptions& options) {
     Tensor x = bench_random({mc.n, mc.k}, 7), w = bench_random({mc.m, mc.k}, 8);
     Tensor b = bench_random({mc.m}, 9);
     const double flops = 2.0 * mc.n * mc.k * mc.m;
-    const double sgemm = flops / sgemm_seconds(ctx, mc.n, mc.m, mc.k, options.min_seconds) / 1e9;
+    const Sgemm sgemm(mc.n, mc.m, mc.k);
     char shape[96];
     std::snprintf(shape, sizeof(shape), "x(%lld,%lld) w(%lld,%lld)", (long long)mc.n,
                   (long long)mc.k, (long long)mc.m, (long long)mc.k);
     if (fwd) {
-      const double t =
-          median_seconds([&] { ops::linear_forward(ctx, x, w, b); }, options.min_seconds);
-      emit({std::string(mc.name) + "_fwd", shape, flops, t, sgemm});
+      const auto [t, ts] = paired_median_seconds([&] { ops::linear_forward(ctx, x, w, b); },
+                                                 [&] { sgemm(ctx); }, options.min_seconds);
+      emit({std::string(mc.name) + "_fwd", shape, flops, t, flops / ts / 1e9});
     }
     if (bwd) {
       Tensor dy = bench_random({mc.n, mc.m}, 10);
       Tensor dw = Tensor::zeros(w.shape()), db = Tensor::zeros(b.shape());
-      const double t = median_seconds([&] { ops::linear_backward(ctx, dy, x, w, dw, db, true); },
-                                      options.min_seconds);
-      emit({std::string(mc.name) + "_bwd", shape, 2 * flops, t, sgemm});
+      const auto [t, ts] =
+          paired_median_seconds([&] { ops::linear_backward(ctx, dy, x, w, dw, db, true); },
+                                [&] { sgemm(ctx); }, options.min_seconds);
+      emit({std::string(mc.name) + "_bwd", shape, 2 * flops, t, flops / ts / 1e9});
     }
   }
   std::printf(
