@@ -4,6 +4,25 @@
 
 namespace strata::graph {
 
+std::string specs_str(const TensorSpecs& specs) {
+  std::string s;
+  for (const TensorSpec& t : specs) {
+    s += (s.empty() ? "" : ", ") + std::string(dtype_name(t.dtype)) + " " + shape_str(t.shape);
+  }
+  return s;
+}
+
+TensorSpecs Layer::output_specs(const TensorSpecs& inputs) const {
+  STRATA_CHECK_EQ(inputs.size(), 1u)
+      << "layer " << name_ << " (" << type() << ") takes one input, got " << specs_str(inputs);
+  return {TensorSpec{output_shape(inputs[0].shape), inputs[0].dtype}};
+}
+
+Shape Layer::output_shape(const Shape& input_shape) const {
+  STRATA_THROW() << "layer " << name_ << " (" << type()
+                 << ") does not map one input shape to one output shape; use output_specs";
+}
+
 void Layer::bind(LayerParams params) {
   const std::vector<ParamSpec> specs = param_specs();
   const std::vector<ParamSpec> buffers = buffer_specs();

@@ -38,7 +38,21 @@ struct ParamSpec {
   Shape shape;
   ParamInit init;
   bool weight_decay = true;  // false for biases and normalization scales/shifts
+  // Full name ("wte.weight") of a parameter of an earlier layer that this one *is* (GPT-2's
+  // output projection is the token embedding). A ParamStore holding both gives them one storage;
+  // a store holding only this layer keeps a copy initialized like the owner, whose gradient the
+  // pipeline all-reduces with the owner's. Shapes must match. Empty: not tied.
+  std::string tied_to;
 };
+
+// One tensor flowing between layers, per sample (no batch dimension).
+struct TensorSpec {
+  Shape shape;
+  DType dtype = DType::kF32;
+  bool operator==(const TensorSpec& o) const { return shape == o.shape && dtype == o.dtype; }
+};
+using TensorSpecs = std::vector<TensorSpec>;
+std::string specs_str(const TensorSpecs& specs);  // "f32 (3, 32, 32), i32 (128,)"
 
 // The views a ParamStore hands to a layer, in the order of its specs.
 struct LayerParams {
@@ -60,9 +74,12 @@ class Layer {
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
   virtual std::vector<ParamSpec> buffer_specs() const { return {}; }
 
-  // The per-sample output shape for a per-sample input shape (no batch dimension). Throws
-  // strata::Error naming the layer when the input does not fit.
-  virtual Shape output_shape(const Shape& input_shape) const = 0;
+  // The per-sample specs of the outputs for those of the inputs. Throws strata::Error naming the
+  // layer when the inputs do not fit. The default serves layers of one input and one output of
+  // the input's dtype through output_shape().
+  virtual TensorSpecs output_specs(const TensorSpecs& inputs) const;
+  // The per-sample output shape of a one-input layer (see output_specs).
+  virtual Shape output_shape(const Shape& input_shape) const;
 
   virtual TensorList forward(ExecContext& ctx, const TensorList& inputs, LayerTape& tape) = 0;
   virtual TensorList backward(ExecContext& ctx, const TensorList& grad_outputs,
@@ -73,7 +90,7 @@ class Layer {
   bool bound() const { return bound_; }
 
   // Forward FLOPs of one sample (multiply-adds count 2), for throughput reporting; 0 if unknown.
-  virtual double forward_flops(const Shape& input_shape) const { return 0.0; }
+  virtual double forward_flops(const TensorSpecs& inputs) const { return 0.0; }
 
  protected:
   const Tensor& param(size_t i) const;

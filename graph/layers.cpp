@@ -101,8 +101,8 @@ TensorList Conv2dLayer::backward(ExecContext& ctx, const TensorList& grad_output
                                bias_ ? grad(1) : Tensor(), tape.needs_input_grad)};
 }
 
-double Conv2dLayer::forward_flops(const Shape& input_shape) const {
-  const Shape out = output_shape(input_shape);
+double Conv2dLayer::forward_flops(const TensorSpecs& inputs) const {
+  const Shape out = output_shape(inputs.at(0).shape);
   return 2.0 * static_cast<double>(out[0] * out[1] * out[2]) *
          static_cast<double>(input_shape_[0] / params_.groups * kernel_h_ * kernel_w_);
 }
@@ -149,8 +149,9 @@ TensorList LinearLayer::backward(ExecContext& ctx, const TensorList& grad_output
                                tape.needs_input_grad)};
 }
 
-double LinearLayer::forward_flops(const Shape& input_shape) const {
-  return 2.0 * static_cast<double>(shape_numel(input_shape)) * static_cast<double>(out_features_);
+double LinearLayer::forward_flops(const TensorSpecs& inputs) const {
+  return 2.0 * static_cast<double>(shape_numel(inputs.at(0).shape)) *
+         static_cast<double>(out_features_);
 }
 
 // ---- activations -------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ class Conv2dLayer final : public Layer {
   Shape output_shape(const Shape& input_shape) const override;
   TensorList forward(ExecContext& ctx, const TensorList& inputs, LayerTape& tape) override;
   TensorList backward(ExecContext& ctx, const TensorList& grad_outputs, LayerTape& tape) override;
-  double forward_flops(const Shape& input_shape) const override;
+  double forward_flops(const TensorSpecs& inputs) const override;
 
  private:
   Shape input_shape_;
@@ -43,7 +43,7 @@ class LinearLayer final : public Layer {
   Shape output_shape(const Shape& input_shape) const override;
   TensorList forward(ExecContext& ctx, const TensorList& inputs, LayerTape& tape) override;
   TensorList backward(ExecContext& ctx, const TensorList& grad_outputs, LayerTape& tape) override;
-  double forward_flops(const Shape& input_shape) const override;
+  double forward_flops(const TensorSpecs& inputs) const override;
 
  private:
   int64_t in_features_, out_features_;

@@ -10,8 +10,13 @@
 
 namespace strata::graph {
 
+Model::Model(std::string name, TensorSpecs inputs)
+    : name_(std::move(name)), specs_{std::move(inputs)} {
+  STRATA_CHECK(!specs_.front().empty()) << "model " << name_ << " needs at least one input";
+}
+
 Model::Model(std::string name, Shape input_shape, DType input_dtype)
-    : name_(std::move(name)), input_dtype_(input_dtype), shapes_{std::move(input_shape)} {}
+    : Model(std::move(name), TensorSpecs{TensorSpec{std::move(input_shape), input_dtype}}) {}
 
 Layer& Model::add(std::unique_ptr<Layer> layer) {
   STRATA_CHECK(layer != nullptr) << "model " << name_ << ": null layer";
@@ -19,7 +24,7 @@ Layer& Model::add(std::unique_ptr<Layer> layer) {
                                        << layer->type() << ") has no name";
   STRATA_CHECK(!find(layer->name()).has_value())
       << "model " << name_ << ": layer name '" << layer->name() << "' is used twice";
-  shapes_.push_back(layer->output_shape(shapes_.back()));
+  specs_.push_back(layer->output_specs(specs_.back()));
   layers_.push_back(std::move(layer));
   return *layers_.back();
 }
@@ -41,15 +46,15 @@ std::optional<size_t> Model::find(const std::string& layer_name) const {
   return std::nullopt;
 }
 
-const Shape& Model::shape_before(size_t i) const {
+const TensorSpecs& Model::specs_before(size_t i) const {
   STRATA_CHECK_LE(i, layers_.size()) << "model " << name_;
-  return shapes_[i];
+  return specs_[i];
 }
 
 double Model::forward_flops(size_t begin, size_t end) const {
   check_range(begin, end);
   double flops = 0;
-  for (size_t i = begin; i < end; ++i) flops += layers_[i]->forward_flops(shapes_[i]);
+  for (size_t i = begin; i < end; ++i) flops += layers_[i]->forward_flops(specs_[i]);
   return flops;
 }
 
@@ -115,10 +120,12 @@ std::string Model::summary() const {
   int64_t total = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
     int64_t n = 0;
-    for (const ParamSpec& p : layers_[i]->param_specs()) n += shape_numel(p.shape);
+    for (const ParamSpec& p : layers_[i]->param_specs()) {
+      if (p.tied_to.empty()) n += shape_numel(p.shape);  // a tied parameter counts once
+    }
     total += n;
-    std::snprintf(line, sizeof(line), "%-4zu %-20s %-20s %-18s %12lld\n", i,
-                  layers_[i]->name().c_str(), layers_[i]->type(), shape_str(shapes_[i + 1]).c_str(),
+    std::snprintf(line, sizeof(line), "%-4zu %-20s %-20s %-22s %12lld\n", i,
+                  layers_[i]->name().c_str(), layers_[i]->type(), specs_str(specs_[i + 1]).c_str(),
                   static_cast<long long>(n));
     s << line;
   }

@@ -31,11 +31,14 @@ struct ForwardOptions {
 
 class Model {
  public:
-  // input_shape: one sample, without the batch dimension.
+  // The per-sample specs of the model's inputs (a model of several inputs, such as BERT's ids,
+  // segments and mask, takes them as one TensorList).
+  Model(std::string name, TensorSpecs inputs);
+  // A model of one input: one sample of `input_shape`, without the batch dimension.
   Model(std::string name, Shape input_shape, DType input_dtype = DType::kF32);
 
-  // Appends a layer that takes the current output shape; throws if the name is taken or the
-  // layer does not accept that shape. Returns the layer.
+  // Appends a layer that takes the current outputs; throws if the name is taken or the layer
+  // does not accept them. Returns the layer.
   Layer& add(std::unique_ptr<Layer> layer);
 
   const std::string& name() const { return name_; }
@@ -43,11 +46,15 @@ class Model {
   Layer& layer(size_t i);
   const Layer& layer(size_t i) const;
   std::optional<size_t> find(const std::string& layer_name) const;
-  DType input_dtype() const { return input_dtype_; }
-  const Shape& input_shape() const { return shapes_.front(); }
-  // Per-sample shape entering layer i (i == size() gives the model's output shape).
-  const Shape& shape_before(size_t i) const;
-  const Shape& output_shape() const { return shapes_.back(); }
+  // Per-sample specs of the tensors entering layer i (i == size(): the model's outputs).
+  const TensorSpecs& specs_before(size_t i) const;
+  const TensorSpecs& input_specs() const { return specs_.front(); }
+  const TensorSpecs& output_specs() const { return specs_.back(); }
+  // The first tensor's shape and dtype, for models of one input and one output.
+  const Shape& shape_before(size_t i) const { return specs_before(i).at(0).shape; }
+  const Shape& input_shape() const { return specs_.front().at(0).shape; }
+  DType input_dtype() const { return specs_.front().at(0).dtype; }
+  const Shape& output_shape() const { return specs_.back().at(0).shape; }
   // Forward FLOPs of one sample through layers [begin, end) (conv and linear layers).
   double forward_flops(size_t begin, size_t end) const;
 
@@ -66,9 +73,8 @@ class Model {
   void check_range(size_t begin, size_t end) const;
 
   std::string name_;
-  DType input_dtype_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Shape> shapes_;  // shapes_[i]: into layer i; shapes_.back(): the output
+  std::vector<TensorSpecs> specs_;  // specs_[i]: into layer i; specs_.back(): the outputs
 };
 
 }  // namespace strata::graph

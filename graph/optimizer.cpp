@@ -37,6 +37,7 @@ OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step) {
                        : ops::global_grad_norm(ctx, grads);
   const auto& entries = store_.param_entries();
   for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].alias) continue;  // updated through its owner
     const double wd = entries[i].weight_decay ? config_.weight_decay : 0.0;
     if (config_.kind == OptimizerKind::kSgd) {
       ops::SgdOptions o;

@@ -47,15 +47,27 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
   for (size_t i = begin; i < end; ++i) {
     const Layer& layer = model.layer(i);
     for (const ParamSpec& spec : layer.param_specs()) {
-      Entry e{i,          layer.name(),     spec.name,
-              spec.shape, param_elems,      shape_numel(spec.shape),
-              spec.init,  spec.weight_decay};
-      param_elems += align_up(e.numel);
+      Entry e{i,          layer.name(),      spec.name,
+              spec.shape, param_elems,       shape_numel(spec.shape),
+              spec.init,  spec.weight_decay, spec.tied_to,
+              false};
+      if (!spec.tied_to.empty()) {
+        for (const Entry& owner : param_entries_) {
+          if (owner.full_name() != spec.tied_to) continue;
+          STRATA_CHECK(owner.shape == spec.shape)
+              << "parameter " << e.full_name() << " " << shape_str(spec.shape) << " is tied to "
+              << spec.tied_to << " of shape " << shape_str(owner.shape);
+          e.offset = owner.offset;
+          e.weight_decay = owner.weight_decay;
+          e.alias = true;
+        }
+      }
+      if (!e.alias) param_elems += align_up(e.numel);
       param_entries_.push_back(std::move(e));
     }
     for (const ParamSpec& spec : layer.buffer_specs()) {
       Entry e{i,         layer.name(), spec.name, spec.shape, buffer_elems, shape_numel(spec.shape),
-              spec.init, false};
+              spec.init, false,        "",        false};
       buffer_elems += align_up(e.numel);
       buffer_entries_.push_back(std::move(e));
     }
@@ -82,7 +94,8 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
 
 void ParamStore::initialize(uint64_t seed) {
   for (size_t i = 0; i < param_entries_.size(); ++i) {
-    fill_init(param(i), param_entries_[i].init, seed, param_entries_[i].full_name());
+    if (param_entries_[i].alias) continue;  // its owner's values are its values
+    fill_init(param(i), param_entries_[i].init, seed, param_entries_[i].init_key());
   }
   for (size_t i = 0; i < buffer_entries_.size(); ++i) {
     fill_init(buffer(i), buffer_entries_[i].init, seed, buffer_entries_[i].full_name());
@@ -112,8 +125,16 @@ Tensor ParamStore::buffer(size_t i) const {
 
 int64_t ParamStore::num_params() const {
   int64_t n = 0;
-  for (const Entry& e : param_entries_) n += e.numel;
+  for (const Entry& e : param_entries_) n += e.alias ? 0 : e.numel;
   return n;
+}
+
+std::vector<size_t> ParamStore::tied_copies() const {
+  std::vector<size_t> copies;
+  for (size_t i = 0; i < param_entries_.size(); ++i) {
+    if (!param_entries_[i].tied_to.empty() && !param_entries_[i].alias) copies.push_back(i);
+  }
+  return copies;
 }
 
 void ParamStore::ensure_state(size_t slots) {

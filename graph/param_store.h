@@ -4,6 +4,12 @@
 // Flat buffers make all-reduce, clipping, checkpointing and migration single operations on
 // contiguous ranges (llm.c's malloc_and_point_parameters). Every parameter starts at a multiple
 // of 16 elements (64 bytes for f32).
+//
+// Tied parameters (ParamSpec::tied_to): when the owner is in the same store, the tied entry is an
+// alias, a second view of the owner's storage, so both layers read one weight and add into one
+// gradient, and the optimizer updates it once. When the owner is in another store (another
+// pipeline stage), the entry is a copy initialized from the owner's name, so it starts equal; the
+// pipeline keeps the copies equal by all-reducing their gradients.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +35,11 @@ class ParamStore {
     int64_t numel = 0;
     ParamInit init;
     bool weight_decay = true;
+    std::string tied_to;  // the owner's full name, when tied
+    bool alias = false;   // a view of an owner in this store (not optimized on its own)
     std::string full_name() const { return layer + "." + name; }
+    // The name the values are keyed by: the owner's for a tied parameter.
+    std::string init_key() const { return tied_to.empty() ? full_name() : tied_to; }
   };
 
   // Lays out layers [begin, end) of `model` and binds the views to the layers. Parameters are
@@ -50,8 +60,10 @@ class ParamStore {
   Tensor param(size_t i) const;
   Tensor grad(size_t i) const;
   Tensor buffer(size_t i) const;
-  // Parameters (trainable elements, without alignment padding).
+  // Parameters (trainable elements, without alignment padding; an alias counts once).
   int64_t num_params() const;
+  // Entries that are copies of a tied owner held by another store.
+  std::vector<size_t> tied_copies() const;
   size_t begin() const { return begin_; }
   size_t end() const { return end_; }
 

@@ -4,7 +4,10 @@
 
 #include "graph/layers.h"
 #include "graph/model.h"
+#include "graph/optimizer.h"
 #include "graph/param_store.h"
+#include "ops/matmul.h"
+#include "ops/optimizer.h"
 
 namespace strata::graph {
 namespace {
@@ -74,6 +77,91 @@ TEST(ParamStore, MemoryLimitAppliesToTheFlatBuffers) {
   } catch (const OutOfMemoryError& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory on cpu"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace strata::graph
+
+namespace strata::graph {
+namespace {
+
+// A linear layer whose weight is another layer's (a test stand-in for GPT-2's tied head).
+class TiedLinear final : public Layer {
+ public:
+  TiedLinear(std::string name, int64_t features, std::string owner)
+      : Layer(std::move(name)), features_(features), owner_(std::move(owner)) {}
+  const char* type() const override { return "tied_linear"; }
+  std::vector<ParamSpec> param_specs() const override {
+    return {{"weight", {features_, features_}, ParamInit::uniform(0.5), true, owner_}};
+  }
+  Shape output_shape(const Shape& in) const override { return in; }
+  TensorList forward(ExecContext& ctx, const TensorList& in, LayerTape& tape) override {
+    tape.save(in[0]);
+    return {ops::linear_forward(ctx, in[0], param(0), Tensor())};
+  }
+  TensorList backward(ExecContext& ctx, const TensorList& g, LayerTape& tape) override {
+    return {ops::linear_backward(ctx, g[0], tape.at(0), param(0), grad(0), Tensor(), true)};
+  }
+
+ private:
+  int64_t features_;
+  std::string owner_;
+};
+
+double global_norm_of(const Tensor& t) {
+  ExecContext ctx;
+  return ops::global_grad_norm(ctx, {t});
+}
+
+std::unique_ptr<Model> tied_model() {
+  auto m = std::make_unique<Model>("tied", Shape{4});
+  m->add(std::make_unique<LinearLayer>("fc1", 4, 4, false));
+  m->add(std::make_unique<ReluLayer>("relu"));
+  m->add(std::make_unique<TiedLinear>("head", 4, "fc1.weight"));
+  return m;
+}
+
+TEST(ParamStore, TiedParameterInOneStoreIsOneWeight) {
+  auto m = tied_model();
+  ParamStore store(*m, 0, m->size(), default_cpu_allocator());
+  store.initialize(3);
+  ASSERT_EQ(store.param_entries().size(), 2u);
+  EXPECT_TRUE(store.param_entries()[1].alias);
+  EXPECT_EQ(store.num_params(), 16);
+  EXPECT_EQ(store.param(0).raw_data(), store.param(1).raw_data());
+  EXPECT_EQ(store.grad(0).raw_data(), store.grad(1).raw_data());
+  EXPECT_NE(m->summary().find("total parameters: 16"), std::string::npos) << m->summary();
+  // Both uses add into the one gradient: it equals the sum of the two layers' contributions.
+  ExecContext ctx;
+  Tensor x = Tensor::from_vector<float>({0.5f, -1.0f, 2.0f, 0.25f}, {1, 4});
+  Tape tape;
+  const Tensor y = m->forward(ctx, 0, 3, {x}, tape, {})[0];
+  m->backward(ctx, 0, 3, {Tensor::full(y.shape(), 1.0)}, tape);
+  EXPECT_GT(global_norm_of(store.grad(0)), 0.0);
+  OptimizerConfig config;
+  config.kind = OptimizerKind::kSgd;
+  config.momentum = 0.0;
+  config.schedule.base_lr = 0.1;
+  const std::vector<float> before = store.param(0).to_vector<float>();
+  const std::vector<float> g = store.grad(0).to_vector<float>();
+  Optimizer(store, config).step(ctx, 0);
+  const std::vector<float> after = store.param(0).to_vector<float>();
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_FLOAT_EQ(after[i], before[i] - 0.1f * g[i]);  // one update, not two
+  }
+}
+
+TEST(ParamStore, TiedParameterAcrossStoresIsAnEqualCopy) {
+  auto a = tied_model();
+  auto b = tied_model();
+  ParamStore first(*a, 0, 2, default_cpu_allocator());  // fc1, relu
+  ParamStore last(*b, 2, 3, default_cpu_allocator());   // head alone
+  first.initialize(9);
+  last.initialize(9);
+  EXPECT_FALSE(last.param_entries()[0].alias);
+  EXPECT_EQ(last.tied_copies(), std::vector<size_t>{0});
+  EXPECT_TRUE(first.tied_copies().empty());
+  EXPECT_EQ(first.param(0).to_vector<float>(), last.param(0).to_vector<float>());
 }
 
 }  // namespace
