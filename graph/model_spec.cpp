@@ -10,6 +10,8 @@
 
 #include "engine/check.h"
 #include "graph/layers.h"
+#include "graph/resnet_block.h"
+#include "graph/transformer.h"
 
 namespace strata::graph {
 namespace {
@@ -53,10 +55,25 @@ ops::Pool2dParams pool_params(const proto::PoolSpec& p) {
   return params;
 }
 
-std::unique_ptr<Layer> make_layer(int index, const proto::LayerSpec& l, const Shape& in) {
+std::unique_ptr<Layer> make_layer(int index, const proto::LayerSpec& l, const TensorSpecs& inputs) {
   const std::string& type = l.type();
   const std::string name = l.name();
   const std::string where = layer_label(index, l);
+  // Layers of several inputs or outputs.
+  if (type == "transformer_block")
+    return make_transformer_block(name, inputs, l.transformer_block());
+  if (type == "token_embedding") return make_token_embedding(name, inputs, l.token_embedding());
+  if (type == "bert_embedding") return make_bert_embedding(name, inputs, l.bert_embedding());
+  if (type == "lm_head") return make_lm_head(name, inputs, l.lm_head());
+  if (type == "mlm_head") return make_mlm_head(name, inputs, l.mlm_head());
+  // One input, one output.
+  STRATA_CHECK_EQ(inputs.size(), 1u) << where << ": takes one input, got " << specs_str(inputs);
+  const Shape& in = inputs[0].shape;
+  if (type == "resnet_block") {
+    STRATA_CHECK_EQ(in.size(), 3u)
+        << where << ": resnet_block needs (C, H, W) samples, got " << shape_str(in);
+    return make_resnet_block(name, in, l.resnet_block());
+  }
   if (type == "conv2d") {
     const proto::Conv2dSpec& c = l.conv2d();
     STRATA_CHECK(c.out_channels() > 0) << where << ": conv2d.out_channels must be set (> 0)";
@@ -165,7 +182,7 @@ std::unique_ptr<Model> build_model(const proto::ModelSpec& spec) {
     proto::LayerSpec layer = spec.layer(i);
     if (layer.name().empty()) layer.set_name(layer.type() + std::to_string(i));
     try {
-      model->add(make_layer(i, layer, model->output_shape()));
+      model->add(make_layer(i, layer, model->output_specs()));
     } catch (const Error& e) {
       STRATA_THROW() << "model spec '" << model_name << "', " << layer_label(i, layer) << ": "
                      << e.what();

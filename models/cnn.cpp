@@ -1,4 +1,4 @@
-#include "models/cnn.h"
+#include "models/families.h"
 
 #include "engine/check.h"
 
@@ -18,7 +18,11 @@ void set_input(proto::ModelSpec* spec, const Shape& input_shape) {
 
 }  // namespace
 
-proto::ModelSpec cnn_spec(const std::string& size, const Shape& input_shape, int64_t num_classes) {
+proto::ModelSpec cnn_spec(const ModelRequest& request) {
+  const std::string& size = request.size;
+  const Shape& input_shape = request.input_shape;
+  const int64_t num_classes = request.num_classes;
+  STRATA_CHECK_GT(num_classes, 0) << "model cnn needs a classification dataset";
   int64_t c1 = 0, c2 = 0, hidden = 0;
   if (size == "tiny") {
     c1 = 8, c2 = 16, hidden = 32;
@@ -52,7 +56,11 @@ proto::ModelSpec cnn_spec(const std::string& size, const Shape& input_shape, int
   return spec;
 }
 
-proto::ModelSpec mlp_spec(const std::string& size, const Shape& input_shape, int64_t num_classes) {
+proto::ModelSpec mlp_spec(const ModelRequest& request) {
+  const std::string& size = request.size;
+  const Shape& input_shape = request.input_shape;
+  const int64_t num_classes = request.num_classes;
+  STRATA_CHECK_GT(num_classes, 0) << "model mlp needs a classification dataset";
   int64_t hidden = 0;
   if (size == "tiny") {
     hidden = 32;
