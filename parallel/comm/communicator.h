@@ -1,0 +1,92 @@
+// Communicator: point-to-point and collective communication among the ranks of a group, behind
+// one interface with three backends: MPI (processes; CPU tensors, CUDA tensors staged through
+// host memory), NCCL (CUDA tensors on their own stream), and local (ranks are threads of one
+// process, for tests and one-machine users).
+//
+// Every operation is asynchronous and returns a Request; nothing blocks until Request::wait.
+// Every wait has a deadline: a wait that passes it throws CommTimeout naming this rank and what
+// it was waiting for (the caller's description: "RecvAct(mb 3) from stage 1, step 7"), so that a
+// dead or stuck peer makes every rank fail within the timeout instead of hanging.
+//
+// Collectives are in place (all_reduce, broadcast) or write a separate output (all_gather,
+// reduce_scatter). Reductions sum in rank order, so results are identical on every rank and
+// repeatable from run to run (the local backend; MPI's own order for the MPI backend).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/check.h"
+#include "engine/tensor.h"
+
+namespace strata::parallel {
+
+// A wait that passed its deadline. The message names the rank, what it waited for and how long.
+class CommTimeout : public Error {
+ public:
+  explicit CommTimeout(const std::string& message) : Error(message) {}
+};
+
+// A peer failed (a thread of the local backend threw, an MPI rank aborted): the message names it.
+class CommAborted : public Error {
+ public:
+  explicit CommAborted(const std::string& message) : Error(message) {}
+};
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  // True once the operation has completed (never blocks).
+  virtual bool test() = 0;
+  // Blocks until completion or until `timeout` passes, then throws CommTimeout with `what` in the
+  // message. A zero timeout waits forever.
+  virtual void wait(std::chrono::milliseconds timeout, const std::string& what) = 0;
+};
+
+enum class ReduceOp { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi", "nccl", "local"
+
+  // Sends/receives the bytes of a contiguous tensor to/from rank `peer` of this communicator.
+  // Tags (0 <= tag < 32768) tell apart messages between the same pair; a receive matches the
+  // send of the same tag from `peer`. The tensor must stay alive and untouched until the request
+  // completes.
+  virtual std::unique_ptr<Request> isend(const Tensor& t, int peer, int tag) = 0;
+  virtual std::unique_ptr<Request> irecv(const Tensor& t, int peer, int tag) = 0;
+
+  // In place, on every rank's tensor of the same shape and dtype (f32, f64, i32, i64).
+  virtual std::unique_ptr<Request> all_reduce(const Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
+  virtual std::unique_ptr<Request> broadcast(const Tensor& t, int root) = 0;
+  // out = concat over ranks of `in` along a new leading dimension of size size() (out has
+  // size() * in.numel() elements).
+  virtual std::unique_ptr<Request> all_gather(const Tensor& in, const Tensor& out) = 0;
+  // Sums `in` (size() * out.numel() elements) over ranks and gives rank r the r-th slice.
+  virtual std::unique_ptr<Request> reduce_scatter(const Tensor& in, const Tensor& out) = 0;
+  // Every rank arrives before any leaves (subject to the communicator's timeout).
+  virtual void barrier(const std::string& what) = 0;
+
+  // Ranks with the same color form a new communicator, ordered by key (then by old rank). Every
+  // rank must call it (collective). A negative color gives a null result for that rank.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // The deadline of barrier() and of the waits the library issues itself.
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
+};
+
+// Waits for a request with the communicator's timeout.
+inline void wait(Request& r, const Communicator& comm, const std::string& what) {
+  r.wait(comm.timeout(), what);
+}
+
+}  // namespace strata::parallel

@@ -1,0 +1,91 @@
+// Pipeline schedules as data: for every stage, the list of instructions it executes.
+//
+// The same lists drive the executor (parallel/executor.h), the checker below, the tests and the
+// simulator. A micro-batch is named by its global index: step * M + i for the synchronous
+// schedules (one list per stage and step), and a running count for the asynchronous one (one list
+// per stage for a whole run of N micro-batches, no flush).
+//
+//   gpipe       all forwards, then all backwards, then ReduceGrads and OptimizerStep (GPipe).
+//   1f1b        S - s - 1 warm-up forwards on stage s, then one forward / one backward
+//               alternately, then the remaining backwards; flush at the end of the step
+//               (PipeDream-Flush / DAPPLE).
+//   async-1f1b  PipeDream's asynchronous 1F1B: no flush; after each backward the stage updates
+//               its weights, and a micro-batch's backward uses the weights its forward saw
+//               (weight stashing). Stage s keeps at most S - s micro-batches in flight.
+//
+// Sends and receives are explicit instructions next to the compute they serve, so the executor
+// can post receives ahead and the checker can prove that matching sends and receives cannot
+// deadlock when sends are asynchronous and receives block.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::parallel {
+
+enum class OpCode : uint8_t {
+  kRecvAct,        // receive the activations of micro_batch from stage s - 1
+  kForward,        // forward of micro_batch through the stage's layers (loss on the last stage)
+  kSendAct,        // send the outputs of micro_batch to stage s + 1
+  kRecvGrad,       // receive the gradients of micro_batch's outputs from stage s + 1
+  kBackward,       // backward of micro_batch (parameter gradients accumulate)
+  kSendGrad,       // send the gradients of micro_batch's inputs to stage s - 1
+  kReduceGrads,    // all-reduce gradients across data-parallel groups (and tied copies)
+  kOptimizerStep,  // apply the optimizer to the accumulated gradients, then zero them
+};
+
+const char* opcode_name(OpCode op);  // "RecvAct", "Forward", ...
+
+struct Instruction {
+  OpCode op = OpCode::kForward;
+  int64_t micro_batch = -1;  // global micro-batch index; -1 for ReduceGrads / OptimizerStep
+  bool operator==(const Instruction& o) const { return op == o.op && micro_batch == o.micro_batch; }
+};
+
+std::string to_string(const Instruction& instruction);  // "Forward(mb 3)", "OptimizerStep"
+
+using Program = std::vector<Instruction>;
+
+enum class ScheduleKind { kGPipe, k1F1B, kAsync1F1B };
+
+// Parses gpipe|1f1b|async-1f1b; throws strata::Error listing them otherwise.
+ScheduleKind parse_schedule(const std::string& name);
+const char* schedule_name(ScheduleKind kind);
+// True for the schedules that flush (and update once) at the end of every step.
+bool is_synchronous(ScheduleKind kind);
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::k1F1B;
+  int stages = 1;
+  int64_t micro_batches = 1;  // per step (synchronous) or in the whole run (asynchronous)
+  int64_t first_micro_batch = 0;
+  std::vector<Program> programs;  // programs[s]: stage s
+};
+
+// The instruction lists of one step (synchronous kinds: micro-batches
+// [step * M, step * M + M)) or of a run of M micro-batches (async-1f1b, first = 0).
+// Throws strata::Error for S < 1 or M < 1.
+Schedule make_schedule(ScheduleKind kind, int stages, int64_t micro_batches, int64_t step = 0);
+
+struct ScheduleCheck {
+  bool ok = false;
+  std::string error;                   // the first violation found, empty when ok
+  std::vector<int64_t> max_in_flight;  // per stage: most micro-batches forwarded, not yet backward
+  double makespan = 0.0;               // simulated, forward = 1, backward = 2, messages free
+  double bubble_fraction = 0.0;        // simulated idle time / (stages * makespan)
+};
+
+// Proves the schedule valid: every micro-batch forwarded and backwarded once per stage, backward
+// after forward; sends and receives match one to one between neighbouring stages; the programs
+// cannot deadlock (simulation with asynchronous sends and blocking receives); ReduceGrads and
+// OptimizerStep where the kind needs them; in-flight micro-batches within the kind's bound
+// (gpipe: M; 1f1b and async-1f1b: S - s).
+ScheduleCheck check_schedule(const Schedule& schedule);
+
+// The idle fraction of an ideal pipeline (equal stage times, free messages, backward = 2 x
+// forward): (S - 1) / (M + S - 1) for gpipe and 1f1b; the warm-up and drain of a run of M
+// micro-batches for async-1f1b.
+double theoretical_bubble_fraction(ScheduleKind kind, int stages, int64_t micro_batches);
+
+}  // namespace strata::parallel
