@@ -194,6 +194,10 @@ std::string check_structure(const Schedule& sc, std::vector<Positions>* position
     const Program& program = sc.programs[s];
     for (size_t k = 0; k < program.size(); ++k) {
       const Instruction& in = program[k];
+      if (static_cast<int>(in.op) >= kNumOps) {
+        return "stage " + std::to_string(s) + ", instruction " + std::to_string(k) +
+               ": unknown opcode " + std::to_string(static_cast<int>(in.op));
+      }
       const bool global = in.op == OpCode::kReduceGrads || in.op == OpCode::kOptimizerStep;
       if ((in.op == OpCode::kRecvAct || in.op == OpCode::kSendGrad) && s == 0) {
         return at(s, k, in) + ": the first stage has no previous stage to talk to";

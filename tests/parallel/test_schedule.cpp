@@ -317,6 +317,9 @@ TEST(ScheduleChecker, MessagesBeyondTheEndsOfThePipeline) {
                "talk to");
   schedule.programs.pop_back();
   expect_error(schedule, "schedule has 1 programs for 2 stages");
+  schedule = make_schedule(ScheduleKind::kGPipe, 1, 1);
+  schedule.programs[0][1].op = static_cast<OpCode>(9);
+  expect_error(schedule, "stage 0, instruction 1: unknown opcode 9");
 }
 
 TEST(ScheduleChecker, UpdatesAsTheKindRequires) {
