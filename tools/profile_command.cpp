@@ -1,5 +1,6 @@
 // Runs a few training steps (forward, loss, backward; no optimizer update, so every step sees
 // the same weights) with the layer profiler attached. The first step warms up and is not counted.
+// `strata plan` reuses the model flags, the model loading and the profiling run.
 #include "tools/profile_command.h"
 
 #include <cstdio>
@@ -16,14 +17,18 @@
 
 namespace strata::tools {
 
-CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
-  CLI::App* cmd = app.add_subcommand("profile", "Measure per-layer time and memory of a model");
-  cmd->option_defaults()->always_capture_default();
+void add_model_flags(CLI::App* cmd, ProfileOptions& o) {
   cmd->add_option("--model", o.model, "Built-in model: " + models::model_names());
   cmd->add_option("--size", o.size, "Model size (empty = the model's default)");
   cmd->add_option("--model-spec", o.model_spec, "ModelSpec .prototxt file instead of --model");
   cmd->add_option("--dataset", o.dataset, "Dataset: " + io::dataset_names());
   cmd->add_option("--data-dir", o.data_dir, "Directory holding the dataset's files");
+}
+
+CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
+  CLI::App* cmd = app.add_subcommand("profile", "Measure per-layer time and memory of a model");
+  cmd->option_defaults()->always_capture_default();
+  add_model_flags(cmd, o);
   cmd->add_option("--batch-size", o.batch_size, "Samples per profiled step");
   cmd->add_option("--steps", o.steps, "Profiled steps (after one warm-up step)");
   cmd->add_option("--threads", o.threads, "CPU threads for ops (0 = all cores)");
@@ -32,14 +37,25 @@ CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
   return cmd;
 }
 
-int run_profile(const ProfileOptions& o) {
+std::unique_ptr<graph::Model> load_cli_model(const ProfileOptions& o, std::string* dataset) {
+  std::shared_ptr<const io::Dataset> data = io::open_dataset(o.dataset, o.data_dir, "train");
+  if (dataset != nullptr) *dataset = data->name();
+  return build_cli_model(o.model, o.size, o.model_spec, *data);
+}
+
+ModelProfile profile_model(const ProfileOptions& o) {
   STRATA_CHECK_GT(o.steps, 0) << "--steps must be positive";
+  STRATA_CHECK_GT(o.batch_size, 0) << "--batch-size must be positive";
   ExecContext ctx(Device::cpu(), nullptr, o.threads);
   std::shared_ptr<const io::Dataset> data = io::open_dataset(o.dataset, o.data_dir, "train");
-  std::unique_ptr<graph::Model> model = build_cli_model(o.model, o.size, o.model_spec, *data);
-  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
+  ModelProfile result;
+  result.model = build_cli_model(o.model, o.size, o.model_spec, *data);
+  result.dataset = data->name();
+  result.threads = describe_threads(ctx);
+  graph::Model& model = *result.model;
+  graph::ParamStore store(model, 0, model.size(), ctx.allocator());
   store.initialize(o.seed);
-  graph::LayerProfiler profiler(*model);
+  result.profiler = std::make_unique<graph::LayerProfiler>(model);
 
   io::DataLoaderOptions lo;
   lo.batch_size = o.batch_size;
@@ -56,18 +72,23 @@ int run_profile(const ProfileOptions& o) {
     graph::ForwardOptions fwd;
     fwd.seed = o.seed;
     fwd.step = step;
-    graph::train_forward_backward(ctx, *model, batch.input, batch.target, {}, fwd, &profiler);
+    graph::train_forward_backward(ctx, model, batch.input, batch.target, {}, fwd,
+                                  result.profiler.get());
     store.zero_grads();
-    if (step == 0) profiler.reset();  // the warm-up step
+    if (step == 0) result.profiler->reset();  // the warm-up step
   }
-  std::printf("profile of %s on %s, batch %lld, %lld steps (%s)\n\n%s", model->name().c_str(),
-              data->name().c_str(), static_cast<long long>(o.batch_size),
-              static_cast<long long>(o.steps), describe_threads(ctx).c_str(),
-              profiler.table().c_str());
+  return result;
+}
+
+int run_profile(const ProfileOptions& o) {
+  const ModelProfile p = profile_model(o);
+  std::printf("profile of %s on %s, batch %lld, %lld steps (%s)\n\n%s", p.model->name().c_str(),
+              p.dataset.c_str(), static_cast<long long>(o.batch_size),
+              static_cast<long long>(o.steps), p.threads.c_str(), p.profiler->table().c_str());
   if (!o.output.empty()) {
     std::ofstream out(o.output);
     STRATA_CHECK(out.good()) << "cannot write profile to '" << o.output << "'";
-    out << profiler.to_json() << "\n";
+    out << p.profiler->to_json() << "\n";
     std::printf("wrote %s\n", o.output.c_str());
   }
   return 0;

@@ -4,7 +4,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "graph/model.h"
+#include "graph/profiler.h"
 
 namespace strata::tools {
 
@@ -20,6 +24,24 @@ struct ProfileOptions {
   uint64_t seed = 0;
   std::string output;
 };
+
+// The flags that choose the model and its data (--model, --size, --model-spec, --dataset,
+// --data-dir), shared by the commands that build a model.
+void add_model_flags(CLI::App* command, ProfileOptions& options);
+
+// A model profiled on real batches.
+struct ModelProfile {
+  std::unique_ptr<graph::Model> model;
+  std::unique_ptr<graph::LayerProfiler> profiler;
+  std::string dataset;  // the dataset's name
+  std::string threads;  // the threads the ops ran on, in words
+};
+
+// The model of the flags, checked against the dataset's samples; `dataset` gets its name.
+std::unique_ptr<graph::Model> load_cli_model(const ProfileOptions& options, std::string* dataset);
+// Builds the model and runs options.steps training steps of options.batch_size samples (forward,
+// loss, backward; no update) after one warm-up step, with the layer profiler attached.
+ModelProfile profile_model(const ProfileOptions& options);
 
 CLI::App* add_profile_command(CLI::App& app, ProfileOptions& options);
 int run_profile(const ProfileOptions& options);

@@ -9,6 +9,7 @@
 #include "engine/check.h"
 #include "engine/log.h"
 #include "tools/bench/op_bench.h"
+#include "tools/plan_command.h"
 #include "tools/profile_command.h"
 #include "tools/train_command.h"
 
@@ -25,7 +26,7 @@ void print_valid_flags(const CLI::App& app) {
   }
   const std::string cmd = target == &app ? "strata" : "strata " + target->get_name();
   std::fprintf(stderr, "valid flags for %s: %s\n", cmd.c_str(), flags.c_str());
-  if (target == &app) std::fprintf(stderr, "commands: train, profile, bench\n");
+  if (target == &app) std::fprintf(stderr, "commands: train, profile, plan, bench\n");
 }
 
 }  // namespace
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
   CLI::App* train_cmd = strata::tools::add_train_command(app, train);
   strata::tools::ProfileOptions profile;
   CLI::App* profile_cmd = strata::tools::add_profile_command(app, profile);
+  strata::tools::PlanOptions plan;
+  CLI::App* plan_cmd = strata::tools::add_plan_command(app, plan);
   strata::tools::OpBenchOptions bench;
   CLI::App* bench_cmd =
       app.add_subcommand("bench", "Benchmark the CPU conv2d and matmul ops beside sgemm");
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
     strata::set_log_level(strata::parse_log_level(log_level));
     if (*train_cmd) return strata::tools::run_train(train);
     if (*profile_cmd) return strata::tools::run_profile(profile);
+    if (*plan_cmd) return strata::tools::run_plan(plan);
     if (*bench_cmd) return strata::tools::run_op_bench(bench);
   } catch (const strata::Error& e) {
     std::fflush(stdout);

@@ -64,8 +64,9 @@ struct Schedule {
 };
 
 // The instruction lists of one step (synchronous kinds: micro-batches
-// [step * M, step * M + M)) or of a run of M micro-batches (async-1f1b, first = 0).
-// Throws strata::Error for S < 1 or M < 1.
+// [step * M, step * M + M)) or of a run of M micro-batches (async-1f1b, first = 0 for the
+// default step 0; a later `step` numbers later runs, e.g. epochs that each drain at their end).
+// Throws strata::Error for S < 1, M < 1 or step < 0.
 Schedule make_schedule(ScheduleKind kind, int stages, int64_t micro_batches, int64_t step = 0);
 
 struct ScheduleCheck {
@@ -83,9 +84,24 @@ struct ScheduleCheck {
 // (gpipe: M; 1f1b and async-1f1b: S - s).
 ScheduleCheck check_schedule(const Schedule& schedule);
 
+// A simulation of a valid schedule with per-stage costs (time of one micro-batch's forward and
+// backward on stage s, in any unit; messages free, sends asynchronous, receives blocking): the
+// same event model as check_schedule, for predicting step times from profiled stage costs.
+struct Simulation {
+  double makespan = 0.0;         // when the last stage finishes
+  std::vector<double> busy;      // per stage: time spent in Forward and Backward
+  double bubble_fraction = 0.0;  // idle time / (stages * makespan)
+};
+
+// Throws strata::Error when check_schedule rejects the schedule, or for costs that are negative
+// or not one per stage.
+Simulation simulate_schedule(const Schedule& schedule, const std::vector<double>& forward_cost,
+                             const std::vector<double>& backward_cost);
+
 // The idle fraction of an ideal pipeline (equal stage times, free messages, backward = 2 x
 // forward): (S - 1) / (M + S - 1) for gpipe and 1f1b; the warm-up and drain of a run of M
-// micro-batches for async-1f1b.
+// micro-batches for async-1f1b, which is the same (S - 1) / (M + S - 1): it runs 1f1b's
+// forward/backward order, its updates cost nothing here.
 double theoretical_bubble_fraction(ScheduleKind kind, int stages, int64_t micro_batches);
 
 }  // namespace strata::parallel

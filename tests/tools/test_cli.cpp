@@ -1,5 +1,5 @@
-// The `strata` binary end to end: help, bad input of every kind, and a short real training run
-// whose metrics file is checked line by line.
+// The `strata` binary end to end: help, bad input of every kind, a short real training run
+// whose metrics file is checked line by line, and `strata plan` on a crafted profile.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -46,7 +46,7 @@ std::string temp_dir(const std::string& name) {
 TEST(Cli, HelpListsEveryCommandAndFlagWithDefaults) {
   const Result r = run("--help");
   EXPECT_EQ(r.status, 0) << r.output;
-  for (const char* s : {"train", "profile", "bench", "--batch-size INT=64",
+  for (const char* s : {"train", "profile", "plan", "bench", "--batch-size INT=64",
                         "--lr FLOAT=", "--mem-limit", "--metrics", "--log-every INT=100", "--seed",
                         "--device", "--threads", "--optimizer TEXT=adamw", "--weight-decay",
                         "--dataset", "--data-dir", "--epochs", "--steps"}) {
@@ -157,6 +157,77 @@ TEST(Cli, ProfileAndBenchRun) {
   const Result b = run("bench --filter linear_fc1 --min-seconds 0.01");
   EXPECT_EQ(b.status, 0) << b.output;
   EXPECT_TRUE(contains(b.output, "linear_fc1_fwd")) << b.output;
+}
+
+// A profile of cnn's twelve layers: conv1 costs 10 ms per sample, every other layer 1 ms, and no
+// layer sends anything. Two stages balance at 11 ms either as {conv1 | the rest} or as
+// {conv1 bn1 | the rest}; the documented tie-break moves layers to the later stage.
+std::string write_cnn_profile(const std::string& dir, size_t layers) {
+  const char* names[] = {"conv1", "bn1",   "relu1",   "pool1", "conv2", "bn2",
+                         "relu2", "pool2", "flatten", "fc1",   "relu3", "fc2"};
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t i = 0; i < layers; ++i) {
+    list.push_back({{"name", names[i]},
+                    {"forward_ms_per_sample", i == 0 ? 10.0 : 1.0},
+                    {"backward_ms_per_sample", 0.0},
+                    {"output_bytes_per_sample", 0.0},
+                    {"activation_bytes_per_sample", 1024.0},
+                    {"param_bytes", 4096.0}});
+  }
+  const std::string path = dir + "/profile" + std::to_string(layers) + ".json";
+  std::ofstream(path) << nlohmann::json{{"layers", list}}.dump(2);
+  return path;
+}
+
+TEST(Cli, PlanFromAProfileFile) {
+  if (!std::filesystem::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "no Fashion-MNIST";
+  const std::string dir = temp_dir("plan");
+  const std::string profile = write_cnn_profile(dir, 12);
+  const std::string base = "plan --size tiny --micro-batches 4 --batch-size 8 --profile " + profile;
+  Result r = run(base + " --stages 2 --partition 0-3,4-11");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* s :
+       {"plan for cnn-tiny on fashion-mnist/train: 2 stages, 1f1b, batch 8 = 4 micro-batches of 2",
+        "given partition: --partition conv1-pool1,conv2-fc2",
+        "balanced partition (slowest stage minimized): --partition conv1,bn1-fc2",
+        "uniform partition (by layer count): --partition conv1-bn2,relu2-fc2", "  stage 0: conv1\n",
+        "  stage 1: bn1 relu1 pool1 conv2 bn2 relu2 pool2 flatten fc1 relu3 "
+        "fc2\n",
+        "slowest stage: 1, 22.000 ms per micro-batch", "predicted step time",
+        "balanced vs uniform"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing '" << s << "' in\n" << r.output;
+  }
+  // Memory: 1 KiB of activations per sample and 4 KiB of parameters per layer.
+  r = run(base + " --stages 2 --mem-limit 1KiB");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "fits the memory limit of 1.00 KiB per stage")) << r.output;
+  r = run("plan --size tiny --profile " + write_cnn_profile(dir, 3));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "the profile has 3 layers, the model 12")) << r.output;
+  r = run(base + " --stages 2 --partition 0-3,5-11");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--partition range '5-11' leaves a gap")) << r.output;
+  r = run(base + " --stages 13");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "has only 12 layers")) << r.output;
+  r = run("plan --batch-size 10 --micro-batches 4");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--batch-size 10 must be a positive multiple")) << r.output;
+  r = run("plan --schedule zero-bubble");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "unknown schedule 'zero-bubble'")) << r.output;
+}
+
+TEST(Cli, PlanProfilesOnTheSpot) {
+  if (!std::filesystem::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "no Fashion-MNIST";
+  const Result r =
+      run("plan --size tiny --stages 3 --micro-batches 2 --batch-size 8 --schedule gpipe "
+          "--profile-steps 1 --threads 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"costs: measured now: 1 steps of 4 samples", "balanced partition",
+                        "uniform partition", "  stage 2:", "bubble"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing '" << s << "' in\n" << r.output;
+  }
 }
 
 }  // namespace
