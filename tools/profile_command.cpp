@@ -13,6 +13,7 @@
 #include "io/datasets.h"
 #include "models/registry.h"
 #include "tools/common.h"
+#include "tools/text_commands.h"
 
 namespace strata::tools {
 
@@ -24,6 +25,9 @@ CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
   cmd->add_option("--model-spec", o.model_spec, "ModelSpec .prototxt file instead of --model");
   cmd->add_option("--dataset", o.dataset, "Dataset: " + io::dataset_names());
   cmd->add_option("--data-dir", o.data_dir, "Directory holding the dataset's files");
+  cmd->add_option(
+      "--seq-len", o.seq_len,
+      "Text datasets: tokens per sample (masked tokens for bert, next token otherwise)");
   cmd->add_option("--batch-size", o.batch_size, "Samples per profiled step");
   cmd->add_option("--steps", o.steps, "Profiled steps (after one warm-up step)");
   cmd->add_option("--threads", o.threads, "CPU threads for ops (0 = all cores)");
@@ -35,7 +39,12 @@ CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
 int run_profile(const ProfileOptions& o) {
   STRATA_CHECK_GT(o.steps, 0) << "--steps must be positive";
   ExecContext ctx(Device::cpu(), nullptr, o.threads);
-  std::shared_ptr<const io::Dataset> data = io::open_dataset(o.dataset, o.data_dir, "train");
+  io::DatasetOptions data_options;
+  data_options.seq_len = o.seq_len;
+  data_options.task = text_task_for_model(o.model, "auto");
+  data_options.seed = o.seed;
+  std::shared_ptr<const io::Dataset> data =
+      io::open_dataset(o.dataset, o.data_dir, "train", data_options);
   std::unique_ptr<graph::Model> model = build_cli_model(o.model, o.size, o.model_spec, *data);
   graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
   store.initialize(o.seed);
