@@ -136,14 +136,16 @@ int run_train(const TrainOptions& o) {
 
   // The resolved configuration.
   std::printf("strata train\n");
+  std::string data = train->name() + " (" + std::to_string(train->size()) + ") / " + test->name() +
+                     " (" + std::to_string(test->size()) + ")";
+  if (text) {
+    data += std::string("; ") + io::text_task_name(data_options.task) + ", " +
+            std::to_string(o.seq_len) + " tokens per sample, vocabulary " +
+            std::to_string(train->num_classes());
+  }
   print_table({{"model", model->name() + (o.model_spec.empty() ? "" : " (" + o.model_spec + ")")},
                {"parameters", std::to_string(store.num_params())},
-               {"dataset", train->name() + " (" + std::to_string(train->size()) + ") / " +
-                               test->name() + " (" + std::to_string(test->size()) + ")"},
-               {"text", text ? std::string(io::text_task_name(data_options.task)) + ", " +
-                                   std::to_string(o.seq_len) + " tokens per sample, vocabulary " +
-                                   std::to_string(train->num_classes())
-                             : "-"},
+               {"dataset", data},
                {"device", device.str() + ", " + describe_threads(ctx)},
                {"layout", "single process (G=1 group x S=1 stage)"},
                {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},

@@ -115,7 +115,9 @@ TEST(TokenShard, RejectsIdsThatDoNotFit16Bits) {
 class BrokenShard : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = temp_dir("broken") + "/train_000000.bin";
+    // A directory per test: ctest runs the tests of this fixture in parallel processes.
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    path_ = temp_dir("broken_" + test) + "/train_000000.bin";
     write_token_shard(path_, std::vector<int32_t>{1, 2, 3, 4});
     bytes_ = file_bytes(path_);
   }
