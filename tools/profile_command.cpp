@@ -14,6 +14,7 @@
 #include "io/datasets.h"
 #include "models/registry.h"
 #include "tools/common.h"
+#include "tools/text_commands.h"
 
 namespace strata::tools {
 
@@ -23,6 +24,9 @@ void add_model_flags(CLI::App* cmd, ProfileOptions& o) {
   cmd->add_option("--model-spec", o.model_spec, "ModelSpec .prototxt file instead of --model");
   cmd->add_option("--dataset", o.dataset, "Dataset: " + io::dataset_names());
   cmd->add_option("--data-dir", o.data_dir, "Directory holding the dataset's files");
+  cmd->add_option(
+      "--seq-len", o.seq_len,
+      "Text datasets: tokens per sample (masked tokens for bert, next token otherwise)");
 }
 
 CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
@@ -37,8 +41,21 @@ CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
   return cmd;
 }
 
+namespace {
+
+// The training split the profile runs on (text datasets need the sequence length and task).
+std::shared_ptr<const io::Dataset> open_profile_dataset(const ProfileOptions& o) {
+  io::DatasetOptions data_options;
+  data_options.seq_len = o.seq_len;
+  data_options.task = text_task_for_model(o.model, "auto");
+  data_options.seed = o.seed;
+  return io::open_dataset(o.dataset, o.data_dir, "train", data_options);
+}
+
+}  // namespace
+
 std::unique_ptr<graph::Model> load_cli_model(const ProfileOptions& o, std::string* dataset) {
-  std::shared_ptr<const io::Dataset> data = io::open_dataset(o.dataset, o.data_dir, "train");
+  std::shared_ptr<const io::Dataset> data = open_profile_dataset(o);
   if (dataset != nullptr) *dataset = data->name();
   return build_cli_model(o.model, o.size, o.model_spec, *data);
 }
@@ -47,7 +64,7 @@ ModelProfile profile_model(const ProfileOptions& o) {
   STRATA_CHECK_GT(o.steps, 0) << "--steps must be positive";
   STRATA_CHECK_GT(o.batch_size, 0) << "--batch-size must be positive";
   ExecContext ctx(Device::cpu(), nullptr, o.threads);
-  std::shared_ptr<const io::Dataset> data = io::open_dataset(o.dataset, o.data_dir, "train");
+  std::shared_ptr<const io::Dataset> data = open_profile_dataset(o);
   ModelProfile result;
   result.model = build_cli_model(o.model, o.size, o.model_spec, *data);
   result.dataset = data->name();

@@ -18,6 +18,7 @@ struct ProfileOptions {
   std::string model_spec;
   std::string dataset = "fashion-mnist";
   std::string data_dir;
+  int64_t seq_len = 128;  // text datasets: tokens per sample (lm, or mlm for bert)
   int64_t batch_size = 64;
   int64_t steps = 5;
   int threads = 0;

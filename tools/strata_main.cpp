@@ -11,6 +11,7 @@
 #include "tools/bench/op_bench.h"
 #include "tools/plan_command.h"
 #include "tools/profile_command.h"
+#include "tools/text_commands.h"
 #include "tools/train_command.h"
 
 namespace {
@@ -26,7 +27,10 @@ void print_valid_flags(const CLI::App& app) {
   }
   const std::string cmd = target == &app ? "strata" : "strata " + target->get_name();
   std::fprintf(stderr, "valid flags for %s: %s\n", cmd.c_str(), flags.c_str());
-  if (target == &app) std::fprintf(stderr, "commands: train, profile, plan, bench\n");
+  if (target == &app) {
+    std::fprintf(stderr, "commands: train, profile, plan, bench, prepare-text, tokenize
+");
+  }
 }
 
 }  // namespace
@@ -57,6 +61,10 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--min-seconds", bench.min_seconds, "Minimum time per measurement");
   bench_cmd->add_option("--filter", bench.filter, "Only cases whose name contains this");
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON Lines here");
+  strata::tools::PrepareTextOptions prepare_text;
+  CLI::App* prepare_text_cmd = strata::tools::add_prepare_text_command(app, prepare_text);
+  strata::tools::TokenizeOptions tokenize;
+  CLI::App* tokenize_cmd = strata::tools::add_tokenize_command(app, tokenize);
 
   try {
     app.parse(argc, argv);
@@ -78,6 +86,8 @@ int main(int argc, char** argv) {
     if (*profile_cmd) return strata::tools::run_profile(profile);
     if (*plan_cmd) return strata::tools::run_plan(plan);
     if (*bench_cmd) return strata::tools::run_op_bench(bench);
+    if (*prepare_text_cmd) return strata::tools::run_prepare_text(prepare_text);
+    if (*tokenize_cmd) return strata::tools::run_tokenize(tokenize);
   } catch (const strata::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "\nerror: %s\n", e.what());

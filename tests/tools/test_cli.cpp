@@ -68,7 +68,9 @@ TEST(Cli, UnknownModelAndDatasetListTheValidOnes) {
   EXPECT_TRUE(contains(r.output, "unknown model 'alexnet' (valid: cnn, mlp")) << r.output;
   r = run("train --dataset imagenet --steps 1");
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(contains(r.output, "unknown dataset 'imagenet' (valid: fashion-mnist, mnist)"))
+  EXPECT_TRUE(contains(
+      r.output,
+      "unknown dataset 'imagenet' (valid: fashion-mnist, mnist, tokens, brown, synthetic-tokens)"))
       << r.output;
 }
 

@@ -1,0 +1,207 @@
+// The text subcommands of the `strata` binary: tokenize (both ways), prepare-text on files and
+// on the Brown corpus, and training on the shards it writes.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/bpe.h"
+#include "io/brown.h"
+#include "io/text_datasets.h"
+#include "io/token_shard.h"
+
+namespace strata::io {
+namespace {
+
+struct Result {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(STRATA_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/strata_text_cli_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+const BpeTokenizer* tokenizer() {
+  static const std::unique_ptr<BpeTokenizer> kTokenizer = []() -> std::unique_ptr<BpeTokenizer> {
+    const std::string dir = gpt2_vocab_dir("");
+    if (!std::filesystem::exists(dir + "/encoder.json")) return nullptr;
+    return std::make_unique<BpeTokenizer>(dir);
+  }();
+  return kTokenizer.get();
+}
+
+#define REQUIRE_VOCAB()                                                        \
+  const BpeTokenizer* bpe = tokenizer();                                       \
+  if (bpe == nullptr) {                                                        \
+    GTEST_SKIP() << "GPT-2 vocabulary not installed in " << gpt2_vocab_dir("") \
+                 << " (run tools/setup.sh)";                                   \
+  }
+
+std::vector<int32_t> shard_tokens(const std::vector<std::string>& paths) {
+  std::vector<int32_t> all;
+  for (const std::string& p : paths) {
+    for (uint16_t t : read_token_shard(p)) all.push_back(t);
+  }
+  return all;
+}
+
+TEST(TextCli, HelpListsTheTextCommandsAndFlags) {
+  const Result r = run("--help");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"prepare-text", "tokenize", "--input", "--output-dir",
+                        "--val-fraction FLOAT=0.1", "--vocab-dir", "--shard-tokens",
+                        "--seq-len INT=128", "--text-task TEXT:{auto,lm,mlm}=auto", "--decode"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing " << s;
+  }
+}
+
+TEST(TextCli, TokenizeAndDecodeBack) {
+  REQUIRE_VOCAB();
+  const std::string dir = temp_dir("tokenize");
+  const std::string text = "Hello world! It's 2024.\n\tTabs,  spaces  and caf\xC3\xA9.\n";
+  std::ofstream(dir + "/in.txt", std::ios::binary) << text;
+  const Result r = run("tokenize < " + dir + "/in.txt");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::string expected;
+  for (int32_t id : bpe->encode(text))
+    expected += (expected.empty() ? "" : " ") + std::to_string(id);
+  EXPECT_EQ(r.output, expected + "\n");
+  std::ofstream(dir + "/ids.txt") << r.output;
+  const Result back = run("tokenize --decode < " + dir + "/ids.txt");
+  ASSERT_EQ(back.status, 0) << back.output;
+  EXPECT_EQ(back.output, text);
+  std::ofstream(dir + "/bad.txt") << "15496 hello";
+  const Result bad = run("tokenize --decode < " + dir + "/bad.txt");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.output, "found 'hello' (id 2)")) << bad.output;
+}
+
+TEST(TextCli, MissingVocabularyNamesPathAndSetup) {
+  const Result r = run("tokenize --vocab-dir /nonexistent/vocab < /dev/null");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.output, "/nonexistent/vocab/encoder.json")) << r.output;
+  EXPECT_TRUE(contains(r.output, "tools/setup.sh")) << r.output;
+}
+
+TEST(TextCli, PrepareTextWritesShardsOfTheSplitDocuments) {
+  REQUIRE_VOCAB();
+  const std::string dir = temp_dir("prepare");
+  std::vector<std::string> docs{"The first document.\n", "A second one, for validation.\n",
+                                "Third: train again, with more words than the others.\n",
+                                "Fourth, validation."};
+  std::string inputs;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const std::string path = dir + "/doc" + std::to_string(i) + ".txt";
+    std::ofstream(path, std::ios::binary) << docs[i];
+    inputs += " " + path;
+  }
+  const std::string out = dir + "/shards";
+  const Result r = run("prepare-text --input" + inputs + " --output-dir " + out +
+                       " --val-fraction 0.5 --shard-tokens 10");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "4 documents from 4 files")) << r.output;
+  // Documents 1 and 3 are validation (f = 0.5); each starts with <|endoftext|>.
+  std::vector<int32_t> train, val;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    std::vector<int32_t>& split = d % 2 == 1 ? val : train;
+    split.push_back(kGpt2EndOfText);
+    bpe->encode_append(docs[d], &split);
+  }
+  const std::vector<std::string> train_files = find_token_shards(out, "train");
+  const std::vector<std::string> val_files = find_token_shards(out, "val");
+  EXPECT_EQ(train_files.size(), (train.size() + 9) / 10);
+  EXPECT_EQ(val_files.size(), (val.size() + 9) / 10);
+  EXPECT_EQ(shard_tokens(train_files), train);
+  EXPECT_EQ(shard_tokens(val_files), val);
+  EXPECT_EQ(train_files.front(), out + "/train_000000.bin");
+  // A second run into the same directory refuses to mix with the shards there.
+  const Result again = run("prepare-text --input" + inputs + " --output-dir " + out);
+  EXPECT_EQ(again.status, 1);
+  EXPECT_TRUE(contains(again.output, "already holds token shards")) << again.output;
+  const Result missing =
+      run("prepare-text --input " + dir + "/nope.txt --output-dir " + dir + "/other");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_TRUE(contains(missing.output, "cannot open --input '" + dir + "/nope.txt'"))
+      << missing.output;
+}
+
+TEST(TextCli, TokensDatasetErrorsNameTheFix) {
+  Result r = run("train --dataset tokens --model gpt2 --steps 1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.output, "--data-dir")) << r.output;
+  EXPECT_TRUE(contains(r.output, "prepare-text")) << r.output;
+  const std::string dir = temp_dir("train_only");
+  write_token_shard(dir + "/train_000000.bin", std::vector<int32_t>(1000, 7));
+  r = run("train --dataset tokens --data-dir " + dir + " --model gpt2 --steps 1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.output, "no val shards in '" + dir + "'")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--val-fraction")) << r.output;
+}
+
+TEST(TextCli, PrepareTheBrownCorpusThenTrainGpt2OnIt) {
+  REQUIRE_VOCAB();
+  if (!std::filesystem::exists(brown_corpus_dir("") + "/cats.txt")) {
+    GTEST_SKIP() << "Brown corpus not installed (run tools/setup.sh)";
+  }
+  const std::string dir = temp_dir("brown");
+  const Result p = run("prepare-text --output-dir " + dir);
+  ASSERT_EQ(p.status, 0) << p.output;
+  EXPECT_TRUE(contains(p.output, "500 documents from the Brown corpus")) << p.output;
+  EXPECT_TRUE(contains(p.output, "450 documents")) << p.output;
+  EXPECT_TRUE(contains(p.output, "50 documents")) << p.output;
+  const std::vector<int32_t> train = shard_tokens(find_token_shards(dir, "train"));
+  const std::vector<int32_t> val = shard_tokens(find_token_shards(dir, "val"));
+  // The shards decode to the corpus's documents, each after <|endoftext|>.
+  const std::vector<BrownDocument> docs = read_brown_corpus(brown_corpus_dir(""));
+  std::string train_text, val_text;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    (is_validation_document(static_cast<int64_t>(d), 0.1) ? val_text : train_text) +=
+        "<|endoftext|>" + docs[d].text;
+  }
+  EXPECT_TRUE(bpe->decode(train) == train_text);
+  EXPECT_TRUE(bpe->decode(val) == val_text);
+
+  const Result t = run("train --model gpt2 --size tiny --dataset tokens --data-dir " + dir +
+                       " --seq-len 32 --steps 3 --batch-size 4 --train-samples 64 "
+                       "--test-samples 16 --threads 1 --progress off");
+  if (t.status != 0 && contains(t.output, "not implemented yet")) {
+    // The datasets opened (they come first); the GPT-2 family is still a placeholder here.
+    GTEST_SKIP() << "model gpt2 is not built yet: " << t.output.substr(t.output.find("error"));
+  }
+  ASSERT_EQ(t.status, 0) << t.output;
+  for (const char* s :
+       {"tokens/train", "tokens/val", "lm, 32 tokens per sample", "done: 3 steps"}) {
+    EXPECT_TRUE(contains(t.output, s)) << "missing '" << s << "' in\n" << t.output;
+  }
+}
+
+}  // namespace
+}  // namespace strata::io
