@@ -28,8 +28,7 @@ void print_valid_flags(const CLI::App& app) {
   const std::string cmd = target == &app ? "strata" : "strata " + target->get_name();
   std::fprintf(stderr, "valid flags for %s: %s\n", cmd.c_str(), flags.c_str());
   if (target == &app) {
-    std::fprintf(stderr, "commands: train, profile, plan, bench, prepare-text, tokenize
-");
+    std::fprintf(stderr, "commands: train, profile, plan, bench, prepare-text, tokenize\n");
   }
 }
 
