@@ -43,5 +43,13 @@
 #include "ops/pooling.h"
 #include "ops/shape_ops.h"
 #include "ops/softmax.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/local_comm.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
+#ifdef STRATA_WITH_MPI
+#include "parallel/comm/mpi_comm.h"
+#ifdef STRATA_WITH_NCCL
+#include "parallel/comm/nccl_comm.h"
+#endif
+#endif

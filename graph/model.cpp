@@ -24,6 +24,24 @@ Layer& Model::add(std::unique_ptr<Layer> layer) {
                                        << layer->type() << ") has no name";
   STRATA_CHECK(!find(layer->name()).has_value())
       << "model " << name_ << ": layer name '" << layer->name() << "' is used twice";
+  // A tied parameter must name a parameter of an earlier layer, of the same shape.
+  for (const ParamSpec& p : layer->param_specs()) {
+    if (p.tied_to.empty()) continue;
+    bool found = false;
+    for (const auto& earlier : layers_) {
+      for (const ParamSpec& q : earlier->param_specs()) {
+        if (earlier->name() + "." + q.name != p.tied_to) continue;
+        STRATA_CHECK(q.shape == p.shape && q.tied_to.empty())
+            << "model " << name_ << ": " << layer->name() << "." << p.name << " "
+            << shape_str(p.shape) << " is tied to " << p.tied_to << " " << shape_str(q.shape)
+            << (q.tied_to.empty() ? "" : ", itself tied");
+        found = true;
+      }
+    }
+    STRATA_CHECK(found) << "model " << name_ << ": " << layer->name() << "." << p.name
+                        << " is tied to '" << p.tied_to
+                        << "', which is no parameter of an earlier layer";
+  }
   specs_.push_back(layer->output_specs(specs_.back()));
   layers_.push_back(std::move(layer));
   return *layers_.back();
@@ -42,6 +60,15 @@ const Layer& Model::layer(size_t i) const {
 std::optional<size_t> Model::find(const std::string& layer_name) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i]->name() == layer_name) return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<size_t> Model::find_param_layer(const std::string& full_name) const {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (const ParamSpec& p : layers_[i]->param_specs()) {
+      if (layers_[i]->name() + "." + p.name == full_name) return i;
+    }
   }
   return std::nullopt;
 }

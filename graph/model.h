@@ -46,6 +46,8 @@ class Model {
   Layer& layer(size_t i);
   const Layer& layer(size_t i) const;
   std::optional<size_t> find(const std::string& layer_name) const;
+  // The layer holding the parameter of this full name ("layer.param.name"), if any.
+  std::optional<size_t> find_param_layer(const std::string& full_name) const;
   // Per-sample specs of the tensors entering layer i (i == size(): the model's outputs).
   const TensorSpecs& specs_before(size_t i) const;
   const TensorSpecs& input_specs() const { return specs_.front(); }

@@ -138,7 +138,13 @@ const std::vector<std::string>& spec_layer_types() {
                                                "batch_norm",
                                                "layer_norm",
                                                "dropout",
-                                               "flatten"};
+                                               "flatten",
+                                               "resnet_block",
+                                               "transformer_block",
+                                               "token_embedding",
+                                               "bert_embedding",
+                                               "lm_head",
+                                               "mlm_head"};
   return kTypes;
 }
 

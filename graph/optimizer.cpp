@@ -1,5 +1,8 @@
 #include "graph/optimizer.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "engine/check.h"
 
 namespace strata::graph {
@@ -28,13 +31,17 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerConfig& config)
   }
 }
 
-OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step) {
+OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSum& global_sum) {
   OptimizerStepInfo info;
   info.lr = config_.schedule.lr_at(step);
-  const TensorList grads{store_.grads()};
-  info.grad_norm = config_.clip_grad_norm > 0
-                       ? ops::clip_grad_norm(ctx, grads, config_.clip_grad_norm)
-                       : ops::global_grad_norm(ctx, grads);
+  double local = ops::sum_of_squares(ctx, store_.grads());
+  for (size_t i : store_.tied_copies()) local -= ops::sum_of_squares(ctx, store_.grad(i));
+  const double total = global_sum ? global_sum(local) : local;
+  info.grad_norm = std::sqrt(std::max(total, 0.0));
+  if (config_.clip_grad_norm > 0) {
+    ops::scale_gradients(ctx, {store_.grads()},
+                         ops::clip_coefficient(info.grad_norm, config_.clip_grad_norm));
+  }
   const auto& entries = store_.param_entries();
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].alias) continue;  // updated through its owner

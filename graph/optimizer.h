@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "engine/exec_context.h"
@@ -39,10 +40,16 @@ struct OptimizerStepInfo {
 class Optimizer {
  public:
   Optimizer(ParamStore& store, const OptimizerConfig& config);
+  // Maps this store's gradient sum of squares to that of the whole model (a pipeline sums it over
+  // its stages); the identity when the store holds the whole model.
+  using GlobalSum = std::function<double(double)>;
+
   // Applies optimizer step `step` (counting from 0) to the store's parameters from its
-  // accumulated gradients: clip (when configured), then update with the schedule's rate.
-  // Gradients are left as they are (zero them before the next accumulation).
-  OptimizerStepInfo step(ExecContext& ctx, int64_t step);
+  // accumulated gradients: clip by the global norm (when configured), then update with the
+  // schedule's rate. Gradients are left as they are (zero them before the next accumulation).
+  // Copies of tied parameters owned by another store are left out of the norm (their owner
+  // counts them once).
+  OptimizerStepInfo step(ExecContext& ctx, int64_t step, const GlobalSum& global_sum = nullptr);
   const OptimizerConfig& config() const { return config_; }
 
  private:

@@ -7,6 +7,10 @@
 #include <atomic>
 #include <thread>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "engine/check.h"
 
 namespace strata::ops::blas {
@@ -15,6 +19,9 @@ namespace {
 void apply_threads(const ExecContext& ctx) {
   static std::atomic<int> current{-1};
   int wanted = ctx.threads();
+#ifdef _OPENMP
+  if (wanted <= 0) wanted = omp_get_max_threads();  // honours OMP_NUM_THREADS
+#endif
   if (wanted <= 0) wanted = static_cast<int>(std::thread::hardware_concurrency());
   if (wanted <= 0) wanted = 1;
   if (current.exchange(wanted) != wanted) openblas_set_num_threads(wanted);

@@ -20,18 +20,26 @@ double global_grad_norm(ExecContext& ctx, const TensorList& grads) {
   return std::sqrt(total);
 }
 
-double clip_grad_norm(ExecContext& ctx, const TensorList& grads, double max_norm) {
+double clip_coefficient(double norm, double max_norm) {
   STRATA_CHECK(max_norm > 0 && std::isfinite(max_norm))
       << "clip_grad_norm: max_norm must be finite and > 0, got " << max_norm;
-  const double norm = global_grad_norm(ctx, grads);
-  if (!std::isfinite(norm) || norm <= max_norm) return norm;
-  const double coef = max_norm / (norm + 1e-6);
+  if (!std::isfinite(norm) || norm <= max_norm) return 1.0;
+  return max_norm / (norm + 1e-6);
+}
+
+void scale_gradients(ExecContext& ctx, const TensorList& grads, double coef) {
+  if (coef == 1.0) return;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
     const Tensor scaled = scale(ctx, g, coef);
     add_(ctx, g, g, -1.0);
     add_(ctx, g, scaled, 1.0);
   }
+}
+
+double clip_grad_norm(ExecContext& ctx, const TensorList& grads, double max_norm) {
+  const double norm = global_grad_norm(ctx, grads);
+  scale_gradients(ctx, grads, clip_coefficient(norm, max_norm));
   return norm;
 }
 

@@ -44,6 +44,11 @@ double sum_of_squares(ExecContext& ctx, const Tensor& t);
 // sqrt of the sum of squares of every element of every tensor (accumulated in double).
 // Undefined entries (parameters without a gradient) are skipped.
 double global_grad_norm(ExecContext& ctx, const TensorList& grads);
+// max_norm / (norm + 1e-6) when norm > max_norm, else 1 (also for a non-finite norm); max_norm
+// must be finite and > 0.
+double clip_coefficient(double norm, double max_norm);
+// Multiplies every gradient by coef in place, exactly as a single rounding of coef * g.
+void scale_gradients(ExecContext& ctx, const TensorList& grads, double coef);
 // When the global norm exceeds max_norm, scales every gradient by max_norm / (norm + 1e-6).
 // Returns the norm before clipping (a non-finite norm leaves the gradients untouched).
 // max_norm must be finite and > 0. Gradients are scaled in place (contiguous views are fine).

@@ -1,24 +1,41 @@
-// `strata train`: turns flags into a model, datasets, an execution context and a Trainer, prints
-// the resolved configuration, and reports progress, evaluations and a final summary.
+// `strata train`: turns flags into a model, datasets, a layout of ranks and a Trainer per rank,
+// prints the resolved configuration on rank 0, and reports progress, evaluations, per-stage
+// utilization and a final summary.
+//
+// Ranks come from the launcher: under mpirun/srun every process is a rank of an MPI world; with
+// --local the G x S ranks are threads of this process; otherwise the process is the only rank.
+// Everything every rank must agree on (the partition) is decided once: by rank 0 and broadcast
+// under MPI, before the threads start with --local.
 #include "tools/train_command.h"
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 
 #include "engine/allocator.h"
 #include "engine/check.h"
 #include "engine/exec_context.h"
-#include "graph/param_store.h"
+#include "engine/log.h"
+#include "graph/model_spec.h"
 #include "io/datasets.h"
 #include "io/metrics.h"
 #include "models/registry.h"
 #include "ops/lr_schedule.h"
+#include "parallel/comm/local_comm.h"
+#include "parallel/partition/partition.h"
+#include "parallel/topology.h"
 #include "parallel/trainer.h"
 #include "tools/common.h"
+#include "tools/profile_command.h"
 #include "tools/progress.h"
 #include "tools/text_commands.h"
+
+#ifdef STRATA_WITH_MPI
+#include "parallel/comm/mpi_comm.h"
+#endif
 
 namespace strata::tools {
 
@@ -60,9 +77,11 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--label-smoothing", o.label_smoothing, "Label smoothing of the cross-entropy");
   cmd->add_option("--seed", o.seed, "Seed of initialization, shuffling and dropout");
   cmd->add_option("--device", o.device, "cpu, cuda:N, or auto");
-  cmd->add_option("--threads", o.threads, "CPU threads for ops (0 = all cores)");
+  cmd->add_option("--threads", o.threads,
+                  "CPU threads for ops, shared by the ranks of this process (0 = all cores)");
   cmd->add_option("--mem-limit", o.mem_limit,
-                  "Cap on the memory the run may allocate on its device, e.g. 2GiB (empty = none)");
+                  "Cap on the memory each rank may allocate on its device, e.g. 2GiB "
+                  "(empty = none)");
   cmd->add_option("--metrics", o.metrics, "Write metrics as JSON Lines to this file");
   cmd->add_option("--log-every", o.log_every, "Steps between log lines and metrics records");
   cmd->add_option("--eval-every", o.eval_every,
@@ -75,42 +94,239 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--progress", o.progress,
                   "Live progress line: auto (when stdout is a terminal), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--stages", o.stages, "Pipeline stages S");
+  cmd->add_option("--groups", o.groups,
+                  "Data-parallel groups G (0 = the number of ranks / S); ranks = G x S");
+  cmd->add_option("--micro-batches", o.micro_batches,
+                  "Micro-batches M per step of each group (must divide batch size / G)");
+  cmd->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, async-1f1b");
+  cmd->add_option("--partition", o.partition,
+                  "Stage boundaries: auto (balanced by a per-layer profile), uniform, or ranges "
+                  "by layer index or name, e.g. 0-3,4-11 or conv1-pool2,fc1-fc2");
+  cmd->add_option("--profile", o.profile,
+                  "Per-layer profile (from strata profile --output) for --partition auto; empty: "
+                  "profile the model at start");
+  cmd->add_option("--bandwidth", o.bandwidth_gbps,
+                  "Link bandwidth between stages in GB/s, for --partition auto");
+  cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
+  cmd->add_option("--comm-timeout", o.comm_timeout,
+                  "Seconds any rank waits for a peer before failing with what it waited for");
+  cmd->add_option("--trace", o.trace,
+                  "Write a Chrome trace (Perfetto) of every instruction on every rank here");
   return cmd;
 }
 
-int run_train(const TrainOptions& o) {
-  const Device device = resolve_device(o.device);
-  CpuAllocator allocator;  // everything the run allocates, so --mem-limit covers all of it
-  if (!o.mem_limit.empty()) allocator.set_limit(parse_bytes(o.mem_limit));
-  ExecContext ctx(device, &allocator, o.threads);
+namespace {
 
-  // Data.
-  const bool text = io::dataset_info(o.dataset).text;
+// What every rank of this process shares: data, the model's spec, the layout.
+struct Setup {
+  std::shared_ptr<const io::Dataset> train, test;
+  std::string dataset_line;  // for the configuration table
+  proto::ModelSpec spec;
+  std::vector<std::string> layer_names;
+  int64_t num_params = 0;
+  parallel::TrainConfig config;
+  parallel::PipelineConfig pipeline;
+  int64_t total_steps = 0;
+};
+
+parallel::Partition decide_partition(const TrainOptions& o, const Setup& setup,
+                                     const graph::Model& model) {
+  const int S = setup.pipeline.stages;
+  if (S == 1) return {{0, model.size()}};
+  if (o.partition == "uniform") return parallel::uniform_partition(model.size(), S);
+  if (o.partition != "auto") return parallel::parse_partition(o.partition, setup.layer_names, S);
+  std::vector<parallel::LayerCost> costs;
+  if (!o.profile.empty()) {
+    costs = parallel::read_profile_file(o.profile);
+    parallel::check_profile_matches(costs, model, o.profile);
+  } else {
+    ProfileOptions p;
+    p.model = o.model;
+    p.size = o.size;
+    p.model_spec = o.model_spec;
+    p.dataset = o.dataset;
+    p.data_dir = o.data_dir;
+    p.batch_size =
+        std::max<int64_t>(1, o.batch_size / setup.pipeline.groups / setup.pipeline.micro_batches);
+    p.steps = 2;
+    p.threads = o.threads;
+    p.seed = o.seed;
+    costs = parallel::layer_costs(profile_model(p).profiler->layers());
+  }
+  parallel::PartitionOptions po;
+  po.schedule = setup.pipeline.schedule;
+  po.micro_batches = setup.pipeline.micro_batches;
+  po.micro_batch_size =
+      std::max<int64_t>(1, o.batch_size / setup.pipeline.groups / setup.pipeline.micro_batches);
+  po.bandwidth_bytes_per_second = o.bandwidth_gbps * 1e9;
+  po.mem_limit_bytes = o.mem_limit.empty() ? 0.0 : static_cast<double>(parse_bytes(o.mem_limit));
+  po.optimizer_slots = o.optimizer == "sgd" ? 1 : 2;
+  return parallel::balanced_partition(costs, S, po).partition;
+}
+
+void print_configuration(const TrainOptions& o, const Setup& s, int world,
+                         const std::string& launcher, const Device& device) {
+  const parallel::PipelineConfig& p = s.pipeline;
+  std::printf("strata train\n");
+  std::string partition;
+  for (size_t i = 0; i < p.partition.size(); ++i) {
+    partition += (i ? ", " : "") + std::string("stage ") + std::to_string(i) + ": " +
+                 s.layer_names[p.partition[i].first] + ".." +
+                 s.layer_names[p.partition[i].second - 1];
+  }
+  const graph::OptimizerConfig& opt = s.config.optimizer;
+  print_table({{"model", s.spec.name() + (o.model_spec.empty() ? "" : " (" + o.model_spec + ")")},
+               {"parameters", std::to_string(s.num_params)},
+               {"dataset", s.dataset_line},
+               {"device", device.str() + ", " +
+                              (o.threads > 0 ? std::to_string(o.threads) : "all") + " CPU threads"},
+               {"layout", "G=" + std::to_string(p.groups) + " group" + (p.groups == 1 ? "" : "s") +
+                              " x S=" + std::to_string(p.stages) + " stage" +
+                              (p.stages == 1 ? "" : "s") + " (" + std::to_string(world) + " rank" +
+                              (world == 1 ? "" : "s") + ", " + launcher + ")"},
+               {"schedule", std::string(parallel::schedule_name(p.schedule)) + ", " +
+                                std::to_string(p.micro_batches) + " micro-batch" +
+                                (p.micro_batches == 1 ? "" : "es") + " of " +
+                                std::to_string(o.batch_size / p.groups / p.micro_batches)},
+               {"partition", p.stages == 1 ? "all layers" : partition + " (" + o.partition + ")"},
+               {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
+               {"steps", std::to_string(s.total_steps)},
+               {"batch size", std::to_string(o.batch_size)},
+               {"optimizer", o.optimizer + ", lr " + format_number(o.lr) + ", weight decay " +
+                                 format_number(o.weight_decay) +
+                                 (opt.kind == graph::OptimizerKind::kSgd
+                                      ? ", momentum " + format_number(o.momentum) +
+                                            (o.nesterov ? " (nesterov)" : "")
+                                      : "")},
+               {"lr schedule",
+                o.lr_schedule + ", warm-up " + std::to_string(o.warmup_steps) +
+                    (o.lr_schedule == "cosine" ? ", min lr " + format_number(o.min_lr) : "")},
+               {"clip grad norm", o.clip_grad_norm > 0 ? format_number(o.clip_grad_norm) : "off"},
+               {"label smoothing", format_number(o.label_smoothing)},
+               {"seed", std::to_string(o.seed)},
+               {"memory limit", o.mem_limit.empty() ? "none" : o.mem_limit + " per rank"},
+               {"comm timeout", format_number(o.comm_timeout) + " s"},
+               {"metrics", o.metrics.empty() ? "off" : o.metrics},
+               {"trace", o.trace.empty() ? "off" : o.trace},
+               {"data workers", std::to_string(o.workers)}});
+  std::fflush(stdout);
+}
+
+void print_stages(const parallel::TrainSummary& summary, const Setup& setup) {
+  if (setup.pipeline.stages * setup.pipeline.groups == 1) return;
+  std::printf("\n%-6s %-6s %-6s %-28s %10s %10s %8s\n", "rank", "group", "stage", "layers",
+              "busy s", "wall s", "idle");
+  for (const parallel::StageReport& r : summary.stages) {
+    const std::string layers =
+        setup.layer_names[r.first_layer] + ".." + setup.layer_names[r.end_layer - 1];
+    std::printf("%-6d %-6d %-6d %-28s %10.2f %10.2f %7.1f%%\n", r.rank, r.group, r.stage,
+                layers.c_str(), r.busy_seconds, r.wall_seconds, 100.0 * r.idle_fraction());
+  }
+  std::printf(
+      "bubble: measured %.1f%% (mean idle fraction of the ranks), schedule's ideal %.1f%%\n",
+      100.0 * summary.measured_bubble, 100.0 * summary.theoretical_bubble);
+}
+
+// One rank: its context, trainer and (on rank 0) the reports.
+void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator* world, int threads,
+              const Device& device) {
+  const int rank = world != nullptr ? world->rank() : 0;
+  CpuAllocator allocator;  // everything this rank allocates, so --mem-limit covers all of it
+  if (!o.mem_limit.empty()) allocator.set_limit(parse_bytes(o.mem_limit));
+  ExecContext ctx(device, &allocator, threads);
+  std::unique_ptr<io::JsonlWriter> metrics;
+  std::unique_ptr<ConsoleReporter> reporter;
+  if (rank == 0) {
+    metrics = std::make_unique<io::JsonlWriter>(o.metrics);
+    const bool live = o.progress == "on" || (o.progress == "auto" && isatty(fileno(stdout)));
+    reporter =
+        std::make_unique<ConsoleReporter>(stdout, metrics.get(), o.steps > 0 ? 0 : o.epochs, live);
+  }
+  parallel::Trainer trainer(ctx, setup.spec, setup.train, setup.test, setup.config, setup.pipeline,
+                            world, reporter.get());
+  const parallel::TrainSummary summary = trainer.run();
+  if (rank != 0) return;
+  print_stages(summary, setup);
+  const MemoryStats mem = allocator.stats();
+  std::printf("done: %lld steps in %s (training %s, %.0f samples/s); peak memory %s%s",
+              static_cast<long long>(summary.steps), format_duration(summary.wall_seconds).c_str(),
+              format_duration(summary.train_seconds).c_str(),
+              summary.train_seconds > 0
+                  ? static_cast<double>(summary.samples) / summary.train_seconds
+                  : 0.0,
+              format_bytes(mem.peak).c_str(),
+              setup.pipeline.stages * setup.pipeline.groups > 1 ? " (rank 0)" : "");
+  if (summary.last_eval) {
+    std::printf("; test accuracy %.2f%% (top-5 %.2f%%)", 100.0 * summary.last_eval->accuracy,
+                100.0 * summary.last_eval->top5);
+  }
+  if (!o.trace.empty()) std::printf("; trace %s", o.trace.c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+Setup make_setup(const TrainOptions& o, int world_size) {
+  Setup s;
   io::DatasetOptions data_options;
   data_options.seq_len = o.seq_len;
   data_options.task = text_task_for_model(o.model, o.text_task);
   data_options.seed = o.seed;
   data_options.vocab_dir = o.vocab_dir;
-  std::shared_ptr<const io::Dataset> train =
-      io::open_dataset(o.dataset, o.data_dir, "train", data_options);
-  std::shared_ptr<const io::Dataset> test =
-      io::open_dataset(o.dataset, o.data_dir, "test", data_options);
+  s.train = io::open_dataset(o.dataset, o.data_dir, "train", data_options);
+  s.test = io::open_dataset(o.dataset, o.data_dir, "test", data_options);
+  s.dataset_line = s.train->name() + " (" + std::to_string(s.train->size()) + ") / " +
+                   s.test->name() + " (" + std::to_string(s.test->size()) + ")";
+  if (io::dataset_info(o.dataset).text) {
+    s.dataset_line += std::string("; ") + io::text_task_name(data_options.task) + ", " +
+                      std::to_string(o.seq_len) + " tokens per sample, vocabulary " +
+                      std::to_string(s.train->num_classes());
+  }
   STRATA_CHECK_GE(o.train_samples, 0) << "--train-samples must be >= 0";
   STRATA_CHECK_GE(o.test_samples, 0) << "--test-samples must be >= 0";
-  if (o.train_samples > 0 && o.train_samples < train->size()) {
-    train = io::make_subset(train, 0, o.train_samples);
+  if (o.train_samples > 0 && o.train_samples < s.train->size()) {
+    s.train = io::make_subset(s.train, 0, o.train_samples);
   }
-  if (o.test_samples > 0 && o.test_samples < test->size()) {
-    test = io::make_subset(test, 0, o.test_samples);
+  if (o.test_samples > 0 && o.test_samples < s.test->size()) {
+    s.test = io::make_subset(s.test, 0, o.test_samples);
+  }
+  std::unique_ptr<graph::Model> model = build_cli_model(o.model, o.size, o.model_spec, *s.train);
+  s.spec = o.model_spec.empty() ? models::model_spec(o.model, o.size, s.train->input_spec().shape,
+                                                     s.train->num_classes())
+                                : graph::load_model_spec(o.model_spec);
+  for (size_t i = 0; i < model->size(); ++i) s.layer_names.push_back(model->layer(i).name());
+  for (size_t i = 0; i < model->size(); ++i) {
+    for (const graph::ParamSpec& p : model->layer(i).param_specs()) {
+      if (p.tied_to.empty()) s.num_params += shape_numel(p.shape);
+    }
   }
 
-  // Model.
-  std::unique_ptr<graph::Model> model = build_cli_model(o.model, o.size, o.model_spec, *train);
-  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
-  store.initialize(o.seed);
+  parallel::PipelineConfig& p = s.pipeline;
+  STRATA_CHECK_GE(o.stages, 1) << "--stages must be at least 1";
+  STRATA_CHECK_GE(o.groups, 0) << "--groups must be >= 0";
+  STRATA_CHECK(o.stages <= static_cast<int>(model->size()))
+      << "--stages " << o.stages << " is more than the " << model->size() << " layers of model "
+      << model->name();
+  p.stages = o.stages;
+  p.groups = o.groups > 0 ? o.groups : std::max(1, world_size / o.stages);
+  STRATA_CHECK_EQ(p.groups * p.stages, world_size)
+      << "the world has " << world_size << " rank" << (world_size == 1 ? "" : "s")
+      << " but --groups " << p.groups << " x --stages " << p.stages << " needs "
+      << p.groups * p.stages
+      << (world_size == 1 ? " (launch with mpirun -np N, or add --local to run them as threads)"
+                          : "");
+  p.micro_batches = o.micro_batches;
+  p.schedule = parallel::parse_schedule(o.schedule);
+  p.trace_path = o.trace;
+  STRATA_CHECK_GE(o.micro_batches, 1) << "--micro-batches must be at least 1";
+  STRATA_CHECK(o.batch_size > 0 && o.batch_size % p.groups == 0)
+      << "--batch-size " << o.batch_size << " is not divisible by the " << p.groups << " groups";
+  STRATA_CHECK_EQ((o.batch_size / p.groups) % o.micro_batches, 0)
+      << "--micro-batches " << o.micro_batches << " does not divide the batch of each group ("
+      << o.batch_size << " / " << p.groups << " = " << o.batch_size / p.groups << ")";
+  STRATA_CHECK(o.comm_timeout > 0) << "--comm-timeout must be positive";
 
-  // Optimization.
-  parallel::TrainConfig config;
+  parallel::TrainConfig& config = s.config;
   config.epochs = o.epochs;
   config.steps = o.steps;
   config.batch_size = o.batch_size;
@@ -131,63 +347,95 @@ int run_train(const TrainOptions& o) {
   opt.schedule.min_lr = o.min_lr;
   opt.schedule.step_size = o.lr_step_size;
   opt.schedule.gamma = o.lr_gamma;
-  const int64_t total = parallel::total_steps(config, train->size());
-  opt.schedule.total_steps = total;
+  s.total_steps = parallel::total_steps(config, p, s.train->size());
+  opt.schedule.total_steps = s.total_steps;
+  opt.schedule.lr_at(0);  // validates the schedule before any rank starts
+  return s;
+}
 
-  // The resolved configuration.
-  std::printf("strata train\n");
-  std::string data = train->name() + " (" + std::to_string(train->size()) + ") / " + test->name() +
-                     " (" + std::to_string(test->size()) + ")";
-  if (text) {
-    data += std::string("; ") + io::text_task_name(data_options.task) + ", " +
-            std::to_string(o.seq_len) + " tokens per sample, vocabulary " +
-            std::to_string(train->num_classes());
+std::vector<std::pair<size_t, size_t>> to_ranges(const parallel::Partition& partition) {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (const parallel::LayerRange& r : partition) ranges.push_back({r.begin, r.end});
+  return ranges;
+}
+
+std::chrono::milliseconds timeout_of(const TrainOptions& o) {
+  return std::chrono::milliseconds(static_cast<int64_t>(o.comm_timeout * 1000.0));
+}
+
+#ifdef STRATA_WITH_MPI
+int run_mpi(const TrainOptions& o, const Device& device) {
+  parallel::MpiSession session;
+  std::unique_ptr<parallel::MpiCommunicator> world = session.world();
+  world->set_timeout(timeout_of(o));
+  set_log_rank(world->rank());
+  try {
+    Setup setup = make_setup(o, world->size());
+    // Rank 0 decides the partition (profiling is timing: ranks would disagree) and sends it.
+    Tensor bounds = Tensor::zeros({2 * setup.pipeline.stages}, DType::kI64);
+    if (world->rank() == 0) {
+      const graph::Model& model = *graph::build_model(setup.spec);
+      const parallel::Partition p = decide_partition(o, setup, model);
+      for (size_t i = 0; i < p.size(); ++i) {
+        bounds.data<int64_t>()[2 * i] = static_cast<int64_t>(p[i].begin);
+        bounds.data<int64_t>()[2 * i + 1] = static_cast<int64_t>(p[i].end);
+      }
+    }
+    world->broadcast(bounds, 0)->wait(world->timeout(), "the partition from rank 0");
+    for (int i = 0; i < setup.pipeline.stages; ++i) {
+      setup.pipeline.partition.push_back({static_cast<size_t>(bounds.data<int64_t>()[2 * i]),
+                                          static_cast<size_t>(bounds.data<int64_t>()[2 * i + 1])});
+    }
+    if (world->rank() == 0) print_configuration(o, setup, world->size(), "mpi", device);
+    const int threads = o.threads;
+    run_rank(o, setup, world.get(), threads, device);
+    world->barrier("the end of training");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    std::fflush(stderr);
+    parallel::abort_world(1);
   }
-  print_table({{"model", model->name() + (o.model_spec.empty() ? "" : " (" + o.model_spec + ")")},
-               {"parameters", std::to_string(store.num_params())},
-               {"dataset", data},
-               {"device", device.str() + ", " + describe_threads(ctx)},
-               {"layout", "single process (G=1 group x S=1 stage)"},
-               {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
-               {"steps", std::to_string(total)},
-               {"batch size", std::to_string(o.batch_size)},
-               {"optimizer", o.optimizer + ", lr " + format_number(o.lr) + ", weight decay " +
-                                 format_number(o.weight_decay) +
-                                 (opt.kind == graph::OptimizerKind::kSgd
-                                      ? ", momentum " + format_number(o.momentum) +
-                                            (o.nesterov ? " (nesterov)" : "")
-                                      : "")},
-               {"lr schedule",
-                o.lr_schedule + ", warm-up " + std::to_string(o.warmup_steps) +
-                    (o.lr_schedule == "cosine" ? ", min lr " + format_number(o.min_lr) : "")},
-               {"clip grad norm", o.clip_grad_norm > 0 ? format_number(o.clip_grad_norm) : "off"},
-               {"label smoothing", format_number(o.label_smoothing)},
-               {"seed", std::to_string(o.seed)},
-               {"memory limit", o.mem_limit.empty() ? "none" : o.mem_limit},
-               {"metrics", o.metrics.empty() ? "off" : o.metrics},
-               {"data workers", std::to_string(o.workers)}});
-  std::printf("\n%s\n", model->summary().c_str());
-  std::fflush(stdout);
+}
+#endif
 
-  io::JsonlWriter metrics(o.metrics);
-  const bool live = o.progress == "on" || (o.progress == "auto" && isatty(fileno(stdout)));
-  ConsoleReporter reporter(stdout, &metrics, o.steps > 0 ? 0 : o.epochs, live);
-  parallel::Trainer trainer(ctx, *model, store, train, test, config, &reporter);
-  const parallel::TrainSummary summary = trainer.run();
+}  // namespace
 
-  const MemoryStats mem = allocator.stats();
-  std::printf("done: %lld steps in %s (training %s, %.0f samples/s); peak memory %s",
-              static_cast<long long>(summary.steps), format_duration(summary.wall_seconds).c_str(),
-              format_duration(summary.train_seconds).c_str(),
-              summary.train_seconds > 0
-                  ? static_cast<double>(summary.samples) / summary.train_seconds
-                  : 0.0,
-              format_bytes(mem.peak).c_str());
-  if (summary.last_eval) {
-    std::printf("; test accuracy %.2f%% (top-5 %.2f%%)", 100.0 * summary.last_eval->accuracy,
-                100.0 * summary.last_eval->top5);
+int run_train(const TrainOptions& o) {
+  const Device device = resolve_device(o.device);
+  const parallel::ProcessInfo process = parallel::discover_process();
+  if (process.world_size > 1) {
+#ifdef STRATA_WITH_MPI
+    return run_mpi(o, device);
+#else
+    STRATA_THROW() << "launched as rank " << process.rank << " of " << process.world_size << " by "
+                   << process.launcher
+                   << ", but this build has no MPI support (configure with -DSTRATA_WITH_MPI=ON)";
+#endif
   }
-  std::printf("\n");
+  const int ranks = o.local ? std::max(1, o.groups) * o.stages : 1;
+  Setup setup = make_setup(o, ranks);
+  {
+    const std::unique_ptr<graph::Model> model = graph::build_model(setup.spec);
+    setup.pipeline.partition = to_ranges(decide_partition(o, setup, *model));
+  }
+  print_configuration(o, setup, ranks, o.local && ranks > 1 ? "local threads" : "single process",
+                      device);
+  if (ranks == 1) {
+    run_rank(o, setup, nullptr, o.threads, device);
+    return 0;
+  }
+  // Threads share the cores: each rank gets an even share (at least one).
+  const int cores =
+      o.threads > 0 ? o.threads : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  const int threads = std::max(1, cores / ranks);
+  parallel::LocalWorld world(ranks);
+  parallel::run_local_ranks(world, [&](parallel::LocalCommunicator& comm) {
+    comm.set_timeout(timeout_of(o));
+    set_log_stage(comm.rank() % setup.pipeline.stages);
+    run_rank(o, setup, &comm, threads, device);
+  });
   return 0;
 }
 

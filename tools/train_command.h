@@ -41,8 +41,18 @@ struct TrainOptions {
   int workers = 2;
   int64_t train_samples = 0;
   int64_t test_samples = 0;
-  std::string profile;
   std::string progress = "auto";
+  // Pipeline and data parallelism.
+  int stages = 1;
+  int groups = 0;  // 0: world size / stages
+  int64_t micro_batches = 1;
+  std::string schedule = "1f1b";
+  std::string partition = "auto";
+  std::string profile;  // per-layer profile JSON for --partition auto
+  double bandwidth_gbps = 10.0;
+  bool local = false;
+  double comm_timeout = 300.0;  // seconds
+  std::string trace;
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options);

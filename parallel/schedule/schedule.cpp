@@ -8,11 +8,13 @@
 //               accumulate the parameter gradients in the same order), ReduceGrads, OptimizerStep.
 //   1f1b        w = min(S - s - 1, M); F(0) .. F(w-1), then F(w+j) B(j) for j < M - w, then the
 //               remaining backwards, ReduceGrads, OptimizerStep.
-//   async-1f1b  w = min(S - s, M); F(0) .. F(w-1), then for every j: B(j) OptimizerStep and, while
-//               forwards remain, F(w+j). The OptimizerStep follows the backward block (after
-//               SendGrad: the upstream gradient does not depend on the update). No ReduceGrads:
+//   async-1f1b  w = min(S - s, M); F(0) .. F(w-1), then for every j: B(j) ReduceGrads
+//               OptimizerStep and, while forwards remain, F(w+j). The update follows the backward
+//               block (after SendGrad: the upstream gradient does not depend on the update).
 //               PipeDream's asynchronous schedule updates each stage on its own after every
-//               backward; `step` numbers whole runs (e.g. epochs that drain at their end).
+//               backward; ReduceGrads is a no-op there and sums the gradients of the update over
+//               data-parallel groups and tied copies when a layout has them. `step` numbers
+//               whole runs (e.g. epochs that drain at their end).
 // In-flight bound (forwarded, not yet backwarded): 1f1b and async-1f1b run the same
 // forward/backward order, so both keep exactly min(S - s, M) in flight on stage s; the checker
 // enforces the documented bound S - s for both, and M for gpipe. With weight stashing, async
@@ -133,7 +135,7 @@ Program make_program(ScheduleKind kind, int s, int S, int64_t M, int64_t first) 
       for (int64_t i = 0; i < warmup; ++i) add_forward(p, s, S, first + i);
       for (int64_t j = 0; j < M; ++j) {
         add_backward(p, s, S, first + j);
-        p.push_back({OpCode::kOptimizerStep, -1});
+        add_flush(p);
         if (warmup + j < M) add_forward(p, s, S, first + warmup + j);
       }
       break;
@@ -404,19 +406,24 @@ std::string check_updates(const Schedule& sc) {
       }
       continue;
     }
-    int64_t pending = -1;  // the backward waiting for its OptimizerStep
+    int64_t pending = -1;  // the backward waiting for its update
+    bool reduced = false;  // its ReduceGrads has been seen
     for (size_t k = 0; k < p.size(); ++k) {
       const Instruction& in = p[k];
       if (in.op == OpCode::kReduceGrads) {
-        return at(s, k, in) + ": async-1f1b has no ReduceGrads (each stage updates alone)";
-      }
-      if (in.op == OpCode::kOptimizerStep) {
+        if (pending < 0 || reduced) {
+          return at(s, k, in) + ": follows no Backward (one ReduceGrads per backward)";
+        }
+        reduced = true;
+      } else if (in.op == OpCode::kOptimizerStep) {
         if (pending < 0) return at(s, k, in) + ": follows no Backward (one update per backward)";
+        if (!reduced) return at(s, k, in) + ": needs a ReduceGrads right before it";
         pending = -1;
-      } else if (in.op == OpCode::kSendGrad && in.micro_batch == pending) {
+        reduced = false;
+      } else if (in.op == OpCode::kSendGrad && in.micro_batch == pending && !reduced) {
         continue;
       } else if (pending >= 0) {
-        return at(s, k, in) + ": async-1f1b needs an OptimizerStep right after " +
+        return at(s, k, in) + ": async-1f1b needs ReduceGrads and OptimizerStep right after " +
                ins(OpCode::kBackward, pending);
       } else if (in.op == OpCode::kBackward) {
         pending = in.micro_batch;

@@ -10,8 +10,9 @@
 //               alternately, then the remaining backwards; flush at the end of the step
 //               (PipeDream-Flush / DAPPLE).
 //   async-1f1b  PipeDream's asynchronous 1F1B: no flush; after each backward the stage updates
-//               its weights, and a micro-batch's backward uses the weights its forward saw
-//               (weight stashing). Stage s keeps at most S - s micro-batches in flight.
+//               its weights (ReduceGrads, OptimizerStep), and a micro-batch's backward uses the
+//               weights its forward saw (weight stashing). Stage s keeps at most S - s
+//               micro-batches in flight.
 //
 // Sends and receives are explicit instructions next to the compute they serve, so the executor
 // can post receives ahead and the checker can prove that matching sends and receives cannot

@@ -15,6 +15,7 @@
 #include "engine/check.h"
 #include "graph/layers.h"
 #include "graph/model.h"
+#include "graph/model_spec.h"
 #include "graph/param_store.h"
 #include "io/data_loader.h"
 #include "io/datasets.h"
@@ -332,30 +333,6 @@ TEST(OpenDataset, TextDatasetsFromTheCatalog) {
   EXPECT_TRUE(has(dataset_names(), "tokens, brown, synthetic-tokens"));
 }
 
-// A token embedding for the test model: (B, T) ids -> (B, T, C).
-class Embedding final : public graph::Layer {
- public:
-  Embedding(int64_t vocab, int64_t width) : Layer("embed"), vocab_(vocab), width_(width) {}
-  const char* type() const override { return "test_embedding"; }
-  std::vector<graph::ParamSpec> param_specs() const override {
-    return {{"weight", {vocab_, width_}, graph::ParamInit::normal(0.5), true, ""}};
-  }
-  graph::TensorSpecs output_specs(const graph::TensorSpecs& in) const override {
-    return {{{in.at(0).shape.at(0), width_}, DType::kF32}};
-  }
-  TensorList forward(ExecContext& ctx, const TensorList& in, LayerTape& tape) override {
-    tape.save(in.at(0));
-    return {ops::embedding_forward(ctx, in.at(0), param(0))};
-  }
-  TensorList backward(ExecContext& ctx, const TensorList& dy, LayerTape& tape) override {
-    ops::embedding_backward(ctx, dy.at(0), tape.at(0), grad(0));
-    return {Tensor()};
-  }
-
- private:
-  int64_t vocab_, width_;
-};
-
 struct LossLog final : parallel::TrainObserver {
   std::vector<double> losses;
   void on_step(const parallel::StepRecord& r) override { losses.push_back(r.loss); }
@@ -374,11 +351,14 @@ TEST(LanguageModelDataset, TrainsABigramModelThroughTheTrainer) {
   const auto train = open_dataset("tokens", dir, "train", o);
   const auto val = open_dataset("tokens", dir, "val", o);
   ExecContext ctx(Device::cpu(), nullptr, 1);
-  graph::Model model("bigram", Shape{32}, DType::kI32);
-  model.add(std::make_unique<Embedding>(kGpt2VocabSize, 8));
-  model.add(std::make_unique<graph::LinearLayer>("head", 8, 16, true));
-  graph::ParamStore store(model, 0, model.size(), ctx.allocator());
-  store.initialize(1);
+  const proto::ModelSpec spec = graph::parse_model_spec(R"(
+    name: "bigram"
+    input { shape: [32] dtype: "i32" }
+    layer { name: "embed" type: "token_embedding"
+            token_embedding { vocab_size: 50257 width: 8 max_positions: 32 } }
+    layer { name: "head" type: "linear" linear { out_features: 16 } }
+  )",
+                                                        "bigram");
   parallel::TrainConfig config;
   config.steps = 60;
   config.batch_size = 8;
@@ -386,14 +366,15 @@ TEST(LanguageModelDataset, TrainsABigramModelThroughTheTrainer) {
   config.log_every = 1;  // each record is one step's loss
   config.optimizer.schedule.base_lr = 0.05;
   LossLog log;
-  parallel::Trainer trainer(ctx, model, store, train, val, config, &log);
-  trainer.run();
+  parallel::Trainer trainer(ctx, spec, train, val, config, parallel::PipelineConfig{}, nullptr,
+                            &log);
+  const parallel::TrainSummary summary = trainer.run();
   ASSERT_EQ(log.losses.size(), 60u);
   EXPECT_GT(log.losses.front(), 2.0);  // about log(16) at the start
   EXPECT_LT(log.losses.back(), 0.5 * log.losses.front());
-  const parallel::EvalRecord eval = trainer.evaluate("val", val, 60, 0);
-  EXPECT_EQ(eval.samples, val->size() * 32);  // every position is a counted target
-  EXPECT_GT(eval.accuracy, 0.95);             // next-token accuracy over every position
+  ASSERT_TRUE(summary.last_eval.has_value());
+  EXPECT_EQ(summary.last_eval->samples, val->size() * 32);  // every position is counted
+  EXPECT_GT(summary.last_eval->accuracy, 0.95);  // next-token accuracy over every position
 }
 
 }  // namespace

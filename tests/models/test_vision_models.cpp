@@ -153,9 +153,6 @@ TEST(VisionModels, TinyResNetLearnsFashionMnist) {
   ExecContext ctx;
   auto train = io::make_subset(io::open_fashion_mnist(io::kFashionMnistDir, "train"), 0, 2048);
   auto test = io::make_subset(io::open_fashion_mnist(io::kFashionMnistDir, "test"), 0, 500);
-  auto model = build("resnet", "tiny", {1, 28, 28}, 10);
-  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
-  store.initialize(1);
   parallel::TrainConfig config;
   config.steps = 40;
   config.batch_size = 32;
@@ -167,7 +164,8 @@ TEST(VisionModels, TinyResNetLearnsFashionMnist) {
   config.optimizer.schedule.kind = ops::LrScheduleKind::kCosine;
   config.optimizer.schedule.total_steps = config.steps;
   LossLog log;
-  parallel::Trainer trainer(ctx, *model, store, train, test, config, &log);
+  parallel::Trainer trainer(ctx, model_spec("resnet", "tiny", {1, 28, 28}, 10), train, test, config,
+                            parallel::PipelineConfig{}, nullptr, &log);
   const parallel::TrainSummary summary = trainer.run();
   ASSERT_EQ(summary.steps, 40);
   ASSERT_EQ(log.losses.size(), 5u);

@@ -176,11 +176,11 @@ TEST(Schedule, AsyncRunsAreSteady1F1BWithOneUpdatePerBackward) {
         EXPECT_EQ(compute_order(p), expected) << "S=" << S << " s=" << s << " N=" << N;
         int64_t updates = 0;
         for (size_t k = 0; k < p.size(); ++k) {
-          EXPECT_NE(p[k].op, OpCode::kReduceGrads);
           if (p[k].op != OpCode::kBackward) continue;
           const size_t next = k + (s > 0 ? 2 : 1);
-          ASSERT_LT(next, p.size());
-          EXPECT_EQ(p[next].op, OpCode::kOptimizerStep);
+          ASSERT_LT(next + 1, p.size());
+          EXPECT_EQ(p[next].op, OpCode::kReduceGrads);
+          EXPECT_EQ(p[next + 1].op, OpCode::kOptimizerStep);
           ++updates;
         }
         EXPECT_EQ(updates, N);
@@ -335,17 +335,22 @@ TEST(ScheduleChecker, UpdatesAsTheKindRequires) {
                "then OptimizerStep as the last two instructions of the step");
 
   Schedule async = make_schedule(ScheduleKind::kAsync1F1B, 2, 3);
-  Program& p = async.programs[0];  // F0 SA0 F1 SA1 RG0 B0 OptimizerStep ...
-  p.erase(p.begin() + index_of(p, {OpCode::kBackward, 0}) + 1);
+  Program& p = async.programs[0];  // F0 SA0 F1 SA1 RG0 B0 ReduceGrads OptimizerStep ...
+  const size_t b0 = index_of(p, {OpCode::kBackward, 0});
+  p.erase(p.begin() + b0 + 1, p.begin() + b0 + 3);
   const size_t forward = index_of(p, {OpCode::kForward, 2});
   expect_error(async, "stage 0, instruction " + std::to_string(forward) +
-                          " (Forward(mb 2)): async-1f1b needs an OptimizerStep right after "
-                          "Backward(mb 0)");
+                          " (Forward(mb 2)): async-1f1b needs ReduceGrads and OptimizerStep right "
+                          "after Backward(mb 0)");
   async = make_schedule(ScheduleKind::kAsync1F1B, 1, 2);
-  async.programs[0].insert(async.programs[0].begin() + 2, {OpCode::kReduceGrads, -1});
+  async.programs[0].insert(async.programs[0].begin(), {OpCode::kReduceGrads, -1});
   expect_error(async,
-               "stage 0, instruction 2 (ReduceGrads): async-1f1b has no ReduceGrads (each stage "
-               "updates alone)");
+               "stage 0, instruction 0 (ReduceGrads): follows no Backward (one ReduceGrads per "
+               "backward)");
+  async = make_schedule(ScheduleKind::kAsync1F1B, 1, 2);
+  async.programs[0].erase(async.programs[0].begin() + 2);  // B0's ReduceGrads
+  expect_error(async,
+               "stage 0, instruction 2 (OptimizerStep): needs a ReduceGrads right before it");
   async = make_schedule(ScheduleKind::kAsync1F1B, 1, 2);
   async.programs[0].pop_back();
   expect_error(async, "stage 0: the program ends without the OptimizerStep after Backward(mb 1)");

@@ -25,19 +25,17 @@ TrainRun train_tiny_cnn(int64_t steps, uint64_t seed) {
   ExecContext ctx;
   auto train = io::make_subset(io::open_fashion_mnist(io::kFashionMnistDir, "train"), 0, 4096);
   auto test = io::make_subset(io::open_fashion_mnist(io::kFashionMnistDir, "test"), 0, 1000);
-  auto model = graph::build_model(models::model_spec("cnn", "tiny", {1, 28, 28}, 10));
-  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
-  store.initialize(seed);
   parallel::TrainConfig config;
   config.steps = steps;
   config.batch_size = 64;
   config.seed = seed;
   config.optimizer.schedule.base_lr = 3e-3;
   config.optimizer.schedule.kind = ops::LrScheduleKind::kConstant;
-  parallel::Trainer trainer(ctx, *model, store, train, test, config, nullptr);
+  parallel::Trainer trainer(ctx, models::model_spec("cnn", "tiny", {1, 28, 28}, 10), train, test,
+                            config, parallel::PipelineConfig{}, nullptr, nullptr);
   TrainRun r;
   r.summary = trainer.run();
-  r.params = store.params().to_vector<float>();
+  r.params = trainer.store().params().to_vector<float>();
   return r;
 }
 

@@ -1,0 +1,396 @@
+// Executor: interprets a stage's instruction list.
+//
+// Receives are posted when the interpreter comes within `lookahead` instructions of them, into
+// buffers shaped by the model's per-sample specs at the stage boundary and the micro-batch's
+// rows, so the transfer runs while the stage computes. Integer tensors crossing a boundary (BERT's
+// attention mask) travel forward but have no gradient: gradients are exchanged for the floating
+// tensors only, in the same order on both sides. Tags encode (micro-batch mod 2048, direction,
+// tensor index < 8), unique among the messages that can be in flight between two stages.
+#include "parallel/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "engine/check.h"
+#include "ops/accuracy.h"
+#include "parallel/trace.h"
+
+namespace strata::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+constexpr int kMaxBoundaryTensors = 8;
+
+int message_tag(bool gradient, int64_t mb, size_t index) {
+  return static_cast<int>(((mb % 2048) * 2 + (gradient ? 1 : 0)) * kMaxBoundaryTensors +
+                          static_cast<int64_t>(index));
+}
+
+Shape with_rows(int64_t rows, const Shape& sample) {
+  Shape s{rows};
+  s.insert(s.end(), sample.begin(), sample.end());
+  return s;
+}
+
+bool is_compute(OpCode op) {
+  return op == OpCode::kForward || op == OpCode::kBackward || op == OpCode::kReduceGrads ||
+         op == OpCode::kOptimizerStep;
+}
+
+}  // namespace
+
+struct Executor::InFlight {
+  Tape tape;
+  TensorList inputs;        // received activations (stages > 0)
+  TensorList outputs;       // to send forward (stages < S - 1)
+  TensorList grad_outputs;  // received gradients (stages < S - 1)
+  TensorList grad_inputs;   // to send backward (stages > 0)
+  Tensor dlogits;           // last stage: gradient of the loss with respect to the logits
+  int64_t weight_version = 0;
+};
+
+struct Executor::PendingRecv {
+  TensorList buffers;  // one per boundary tensor; undefined where nothing is received
+  std::vector<std::unique_ptr<Request>> requests;
+};
+
+Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& store,
+                   StageRange range, StageComms comms, const ExecutorConfig& config, Trace* trace)
+    : ctx_(ctx),
+      model_(model),
+      store_(store),
+      range_(range),
+      comms_(comms),
+      config_(config),
+      trace_(trace),
+      optimizer_(store, config.optimizer) {
+  STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
+      << "executor: stage " << range.stage << " of " << range.stages;
+  STRATA_CHECK(range.begin < range.end && range.end <= model.size())
+      << "executor: stage " << range.stage << " has the empty layer range [" << range.begin << ", "
+      << range.end << ")";
+  STRATA_CHECK(range.stages == 1 || (comms.pipe != nullptr && comms.pipe->size() == range.stages))
+      << "executor: a pipeline of " << range.stages << " stages needs a pipeline communicator "
+      << "of that size";
+  STRATA_CHECK(model.specs_before(range.begin).size() <= kMaxBoundaryTensors &&
+               model.specs_before(range.end).size() <= kMaxBoundaryTensors)
+      << "executor: at most " << kMaxBoundaryTensors << " tensors may cross a stage boundary";
+  STRATA_CHECK_EQ(store.begin(), range.begin) << "executor: the ParamStore holds other layers";
+  STRATA_CHECK_EQ(store.end(), range.end) << "executor: the ParamStore holds other layers";
+  // Gradients of tied parameters split between this stage and another: the owner side holds the
+  // owner entry, the other side a copy (ParamStore::tied_copies).
+  if (comms.tied != nullptr) {
+    for (size_t i : store.tied_copies()) tied_grads_.push_back(store.grad(i));
+    if (tied_grads_.empty()) {
+      tied_owner_side_ = true;
+      for (size_t l = range.end; l < model.size(); ++l) {
+        for (const graph::ParamSpec& spec : model.layer(l).param_specs()) {
+          if (spec.tied_to.empty()) continue;
+          const auto& entries = store.param_entries();
+          for (size_t i = 0; i < entries.size(); ++i) {
+            if (entries[i].full_name() == spec.tied_to) tied_grads_.push_back(store.grad(i));
+          }
+        }
+      }
+    }
+    STRATA_CHECK(!tied_grads_.empty())
+        << "executor: stage " << range.stage << " was given a tied-parameter communicator but "
+        << "holds no tied parameter";
+  }
+}
+
+Executor::~Executor() = default;
+
+std::string Executor::describe(const Instruction& in) const {
+  std::ostringstream s;
+  s << to_string(in) << " on stage " << range_.stage;
+  if (in.op == OpCode::kRecvAct) s << " from stage " << range_.stage - 1;
+  if (in.op == OpCode::kRecvGrad) s << " from stage " << range_.stage + 1;
+  return s.str();
+}
+
+Executor::InFlight& Executor::state(int64_t mb) {
+  auto it = in_flight_.find(mb);
+  if (it == in_flight_.end()) it = in_flight_.emplace(mb, std::make_unique<InFlight>()).first;
+  return *it->second;
+}
+
+void Executor::post_receives(const Program& program, size_t from, MicroBatchSource& source) {
+  const size_t to = std::min(program.size(), from + static_cast<size_t>(config_.lookahead) + 1);
+  for (size_t i = from; i < to; ++i) {
+    const Instruction& in = program[i];
+    if (in.op != OpCode::kRecvAct && in.op != OpCode::kRecvGrad) continue;
+    if (receives_.count({static_cast<int>(in.op), in.micro_batch}) == 0) post_receive(in, source);
+  }
+}
+
+void Executor::post_receive(const Instruction& in, MicroBatchSource& source) {
+  const bool gradient = in.op == OpCode::kRecvGrad;
+  const int64_t rows = source.info(in.micro_batch).rows;
+  const graph::TensorSpecs& specs = model_.specs_before(gradient ? range_.end : range_.begin);
+  const int peer = gradient ? range_.stage + 1 : range_.stage - 1;
+  auto pending = std::make_unique<PendingRecv>();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (gradient && !is_floating(specs[i].dtype)) {
+      pending->buffers.emplace_back();  // an integer tensor has no gradient
+      continue;
+    }
+    Tensor buffer =
+        Tensor::empty(with_rows(rows, specs[i].shape), specs[i].dtype, &ctx_.allocator());
+    pending->requests.push_back(
+        comms_.pipe->irecv(buffer, peer, message_tag(gradient, in.micro_batch, i)));
+    pending->buffers.push_back(std::move(buffer));
+  }
+  receives_[{static_cast<int>(in.op), in.micro_batch}] = std::move(pending);
+}
+
+TensorList Executor::take_receive(const Instruction& in) {
+  auto it = receives_.find({static_cast<int>(in.op), in.micro_batch});
+  STRATA_CHECK(it != receives_.end()) << "executor: " << describe(in) << " was never posted";
+  const std::string what = describe(in);
+  for (auto& r : it->second->requests) r->wait(comms_.pipe->timeout(), what);
+  TensorList buffers = std::move(it->second->buffers);
+  receives_.erase(it);
+  return buffers;
+}
+
+void Executor::send(OpCode op, int64_t mb, const TensorList& tensors) {
+  const bool gradient = op == OpCode::kSendGrad;
+  const int peer = gradient ? range_.stage - 1 : range_.stage + 1;
+  PendingSend pending;
+  pending.what = describe(Instruction{op, mb});
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].defined()) continue;  // no gradient for an integer input
+    const Tensor t = tensors[i].contiguous();
+    pending.requests.push_back(comms_.pipe->isend(t, peer, message_tag(gradient, mb, i)));
+    pending.tensors.push_back(t);
+  }
+  sends_.push_back(std::move(pending));
+  // Free the buffers of sends that have completed.
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
+                              [](PendingSend& s) {
+                                for (auto& r : s.requests) {
+                                  if (!r->test()) return false;
+                                }
+                                return true;
+                              }),
+               sends_.end());
+}
+
+void Executor::drain_sends() {
+  for (PendingSend& s : sends_) {
+    for (auto& r : s.requests) r->wait(comms_.pipe->timeout(), s.what + " (send completion)");
+  }
+  sends_.clear();
+}
+
+void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats) {
+  InFlight& f = state(mb);
+  const MicroBatchSource::Info info = source.info(mb);
+  const TensorList inputs = first_stage() ? source.input(mb) : std::move(f.inputs);
+  f.inputs.clear();
+  graph::ForwardOptions options;
+  options.training = training;
+  options.seed = config_.seed;
+  options.step = info.step;
+  options.sample_offset = info.sample_offset;
+  options.weight_version = static_cast<uint64_t>(optimizer_steps_);
+  options.keep_tape = training;
+  f.weight_version = optimizer_steps_;
+  TensorList outputs = model_.forward(ctx_, range_.begin, range_.end, inputs, f.tape, options);
+  if (!last_stage()) {
+    f.outputs = std::move(outputs);
+    return;
+  }
+  STRATA_CHECK(!outputs.empty() && outputs[0].dim() >= 2)
+      << "the model's last layer must output (B, ..., classes), got "
+      << (outputs.empty() ? std::string("nothing") : outputs[0].shape_str());
+  const Tensor& logits = outputs[0];
+  const Tensor target = source.target(mb);
+  const Shape flat_targets(logits.shape().begin(), logits.shape().end() - 1);
+  STRATA_CHECK(target.shape() == flat_targets)
+      << "targets of shape " << target.shape_str() << " do not match logits of shape "
+      << logits.shape_str();
+  const Tensor flat_logits = logits.reshape({-1, logits.size(-1)});
+  const Tensor flat_target = target.reshape({-1});
+  ops::CrossEntropyOptions loss = config_.loss;
+  loss.normalizer = training ? info.loss_normalizer : 1.0;  // evaluation: sum of the losses
+  stats->loss += ops::cross_entropy_forward(ctx_, flat_logits, flat_target, loss)
+                     .to(DType::kF64)
+                     .item<double>();
+  stats->counted += ops::count_targets(flat_target, loss.ignore_index);
+  stats->top1 += ops::topk_correct(ctx_, flat_logits, flat_target, 1, loss.ignore_index);
+  if (flat_logits.size(1) >= 5) {
+    stats->top5 += ops::topk_correct(ctx_, flat_logits, flat_target, 5, loss.ignore_index);
+  }
+  if (training) {
+    f.dlogits =
+        ops::cross_entropy_backward(ctx_, flat_logits, flat_target, loss, 1.0).view(logits.shape());
+  }
+}
+
+void Executor::backward(int64_t mb) {
+  auto it = in_flight_.find(mb);
+  STRATA_CHECK(it != in_flight_.end() && !it->second->tape.layers.empty())
+      << "executor: Backward(mb " << mb << ") on stage " << range_.stage << " before its Forward";
+  InFlight& f = *it->second;
+  const TensorList grads = last_stage() ? TensorList{f.dlogits} : std::move(f.grad_outputs);
+  // Weight stashing: run the backward on the weights the forward saw.
+  Tensor current;
+  if (f.weight_version != optimizer_steps_) {
+    auto stashed = stash_.find(f.weight_version);
+    STRATA_CHECK(stashed != stash_.end()) << "executor: weight version " << f.weight_version
+                                          << " of micro-batch " << mb << " was not stashed";
+    current = store_.params().clone();
+    store_.params().copy_from(stashed->second);
+  }
+  TensorList grad_inputs = model_.backward(ctx_, range_.begin, range_.end, grads, f.tape);
+  if (current.defined()) store_.params().copy_from(current);
+  if (!first_stage()) f.grad_inputs = std::move(grad_inputs);
+  f.tape.clear();  // marks the micro-batch as no longer needing its weight version
+  f.dlogits = Tensor();
+  f.grad_outputs.clear();
+  // Stashed versions nobody in flight needs any more.
+  for (auto s = stash_.begin(); s != stash_.end();) {
+    bool needed = false;
+    for (const auto& [other, g] : in_flight_) {
+      needed = needed || (other != mb && g->weight_version == s->first && !g->tape.layers.empty());
+    }
+    s = needed ? std::next(s) : stash_.erase(s);
+  }
+}
+
+void Executor::reduce_gradients() {
+  if (comms_.tied != nullptr) {
+    for (const Tensor& g : tied_grads_) {
+      auto r = comms_.tied->all_reduce(g);
+      r->wait(comms_.tied->timeout(),
+              "ReduceGrads (tied parameters) on stage " + std::to_string(range_.stage));
+    }
+  }
+  if (comms_.dp != nullptr && comms_.dp->size() > 1) {
+    auto r = comms_.dp->all_reduce(store_.grads());
+    r->wait(comms_.dp->timeout(),
+            "ReduceGrads (data-parallel groups) on stage " + std::to_string(range_.stage));
+  }
+}
+
+void Executor::optimizer_step(StepStats* stats) {
+  // Versions still needed by a micro-batch in flight are stashed before the update.
+  for (const auto& [mb, f] : in_flight_) {
+    if (!f->tape.layers.empty() && f->weight_version == optimizer_steps_ &&
+        stash_.count(optimizer_steps_) == 0) {
+      stash_[optimizer_steps_] = store_.params().clone();
+    }
+  }
+  graph::Optimizer::GlobalSum global_sum;
+  if (comms_.pipe != nullptr && comms_.pipe->size() > 1) {
+    global_sum = [this](double local) {
+      Tensor t = Tensor::full({1}, local, DType::kF64);
+      auto r = comms_.pipe->all_reduce(t);
+      r->wait(comms_.pipe->timeout(),
+              "OptimizerStep (gradient norm) on stage " + std::to_string(range_.stage));
+      return t.item<double>();
+    };
+  }
+  const graph::OptimizerStepInfo info = optimizer_.step(ctx_, optimizer_steps_, global_sum);
+  store_.zero_grads();
+  ++optimizer_steps_;
+  stats->lr = info.lr;
+  stats->grad_norm = info.grad_norm;
+  ++stats->optimizer_steps;
+}
+
+void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStats* stats) {
+  const auto start = Clock::now();
+  switch (in.op) {
+    case OpCode::kRecvAct:
+      state(in.micro_batch).inputs = take_receive(in);
+      break;
+    case OpCode::kRecvGrad:
+      state(in.micro_batch).grad_outputs = take_receive(in);
+      break;
+    case OpCode::kForward:
+      forward(in.micro_batch, source, true, stats);
+      break;
+    case OpCode::kSendAct: {
+      InFlight& f = state(in.micro_batch);
+      send(in.op, in.micro_batch, f.outputs);
+      f.outputs.clear();
+      break;
+    }
+    case OpCode::kBackward:
+      backward(in.micro_batch);
+      if (first_stage()) in_flight_.erase(in.micro_batch);
+      break;
+    case OpCode::kSendGrad: {
+      send(in.op, in.micro_batch, state(in.micro_batch).grad_inputs);
+      in_flight_.erase(in.micro_batch);
+      break;
+    }
+    case OpCode::kReduceGrads:
+      reduce_gradients();
+      break;
+    case OpCode::kOptimizerStep:
+      optimizer_step(stats);
+      break;
+  }
+  const double seconds = seconds_since(start);
+  if (is_compute(in.op)) stats->busy_seconds += seconds;
+  if (trace_ != nullptr) trace_->record(in, start, Clock::now());
+}
+
+StepStats Executor::run(const Program& program, MicroBatchSource& source) {
+  const auto start = Clock::now();
+  StepStats stats;
+  for (size_t i = 0; i < program.size(); ++i) {
+    if (range_.stages > 1) post_receives(program, i, source);
+    execute(program[i], source, &stats);
+  }
+  stats.wall_seconds = seconds_since(start);
+  return stats;
+}
+
+void Executor::finish() {
+  drain_sends();
+  STRATA_CHECK(receives_.empty()) << "executor: stage " << range_.stage << " finished with "
+                                  << receives_.size() << " receives still posted";
+  STRATA_CHECK(in_flight_.empty()) << "executor: stage " << range_.stage << " finished with "
+                                   << in_flight_.size() << " micro-batches in flight";
+  stash_.clear();
+}
+
+StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& source) {
+  const auto start = Clock::now();
+  StepStats stats;
+  Program program;
+  for (int64_t mb = first; mb < first + count; ++mb) {
+    if (!first_stage()) program.push_back({OpCode::kRecvAct, mb});
+    program.push_back({OpCode::kForward, mb});
+    if (!last_stage()) program.push_back({OpCode::kSendAct, mb});
+  }
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Instruction& in = program[i];
+    if (range_.stages > 1) post_receives(program, i, source);
+    if (in.op == OpCode::kForward) {
+      const auto t0 = Clock::now();
+      forward(in.micro_batch, source, false, &stats);
+      stats.busy_seconds += seconds_since(t0);
+      if (last_stage()) in_flight_.erase(in.micro_batch);
+    } else {
+      execute(in, source, &stats);
+      if (in.op == OpCode::kSendAct) in_flight_.erase(in.micro_batch);
+    }
+  }
+  stats.wall_seconds = seconds_since(start);
+  return stats;
+}
+
+}  // namespace strata::parallel

@@ -1,0 +1,155 @@
+// The executor: runs one stage's instruction list (parallel/schedule/schedule.h).
+//
+// A stage is a contiguous range of the model's layers with its own ParamStore. The executor owns
+// the per-micro-batch state (tapes, received activations and gradients, the last stage's loss
+// gradient), posts receives a few instructions ahead so that transfers overlap compute, keeps
+// every send alive until it completes, and waits with the communicator's timeout, naming the
+// instruction it waits for. On the last stage Forward also computes the loss: cross-entropy of
+// the micro-batch divided by the normalizer of its optimizer step (the number of counted targets
+// in the global batch), so that the micro-batch gradients add up to the gradient of the global
+// mean, whatever the number of micro-batches and groups.
+//
+// The asynchronous schedule (async-1f1b) updates the weights after every backward. A micro-batch
+// whose forward saw an older version of the weights runs its backward on that version: the
+// executor stashes a copy of the weights whenever a version is still needed by a micro-batch in
+// flight, and swaps it in for the backward (PipeDream's weight stashing).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/exec_context.h"
+#include "engine/tape.h"
+#include "graph/model.h"
+#include "graph/optimizer.h"
+#include "graph/param_store.h"
+#include "ops/cross_entropy.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/schedule/schedule.h"
+
+namespace strata::parallel {
+
+class Trace;
+
+// Where a micro-batch's data comes from. The first stage asks for inputs, the last for targets.
+class MicroBatchSource {
+ public:
+  struct Info {
+    int64_t step = 0;           // optimizer step the micro-batch belongs to (RNG key)
+    int64_t sample_offset = 0;  // position of its first row within the step's global batch
+    int64_t rows = 0;
+    double loss_normalizer = 1.0;  // counted targets of the step's global batch
+  };
+  virtual ~MicroBatchSource() = default;
+  virtual Info info(int64_t micro_batch) = 0;
+  virtual TensorList input(int64_t micro_batch) = 0;  // first stage
+  virtual Tensor target(int64_t micro_batch) = 0;     // last stage
+};
+
+struct StageRange {
+  int stage = 0;
+  int stages = 1;
+  size_t begin = 0;  // first layer
+  size_t end = 0;    // one past the last layer
+};
+
+struct ExecutorConfig {
+  ScheduleKind kind = ScheduleKind::k1F1B;
+  uint64_t seed = 0;
+  ops::CrossEntropyOptions loss;
+  graph::OptimizerConfig optimizer;
+  int lookahead = 4;  // instructions ahead whose receives are posted early
+};
+
+struct StepStats {
+  // Last stage only (zero elsewhere): sum over micro-batches of their normalized losses, and the
+  // counts for accuracy.
+  double loss = 0.0;
+  int64_t counted = 0;
+  int64_t top1 = 0;
+  int64_t top5 = 0;
+  // Every stage.
+  double lr = 0.0;
+  double grad_norm = 0.0;  // global (all stages) norm before clipping, at the last update
+  int64_t optimizer_steps = 0;
+  double busy_seconds = 0.0;  // Forward, Backward, ReduceGrads, OptimizerStep
+  double wall_seconds = 0.0;  // the whole program, waits included
+};
+
+// The communicators a stage uses; null where the layout does not need one.
+struct StageComms {
+  Communicator* pipe = nullptr;  // the stages of this data-parallel group, rank = stage
+  Communicator* dp = nullptr;    // this stage in every group, rank = group
+  // The first and last stage when a tied parameter is split between them (rank 0: stage 0).
+  Communicator* tied = nullptr;
+};
+
+class Executor {
+ public:
+  Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& store, StageRange range,
+           StageComms comms, const ExecutorConfig& config, Trace* trace = nullptr);
+  ~Executor();
+
+  // Runs one program: a step of a synchronous schedule, or a segment of the asynchronous one
+  // (micro-batches may stay in flight from one segment to the next). Gradients must be zero
+  // before the first Backward of an update (they are zeroed after every OptimizerStep).
+  StepStats run(const Program& program, MicroBatchSource& source);
+  // Waits for every send to complete and checks that no receive or micro-batch is left over: the
+  // end of a synchronous step, or of an asynchronous run.
+  void finish();
+
+  // Forward only, in evaluation mode, of micro-batches [first, first + count) (no tape kept):
+  // RecvAct/Forward/SendAct in order. Returns the last stage's loss sum and counts.
+  StepStats evaluate(int64_t first, int64_t count, MicroBatchSource& source);
+
+  bool first_stage() const { return range_.stage == 0; }
+  bool last_stage() const { return range_.stage == range_.stages - 1; }
+  int64_t optimizer_steps() const { return optimizer_steps_; }
+
+ private:
+  struct InFlight;
+  struct PendingRecv;
+
+  void execute(const Instruction& in, MicroBatchSource& source, StepStats* stats);
+  void post_receives(const Program& program, size_t from, MicroBatchSource& source);
+  void post_receive(const Instruction& in, MicroBatchSource& source);
+  TensorList take_receive(const Instruction& in);
+  void forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats);
+  void backward(int64_t mb);
+  void send(OpCode op, int64_t mb, const TensorList& tensors);
+  void reduce_gradients();
+  void optimizer_step(StepStats* stats);
+  void drain_sends();
+  std::string describe(const Instruction& in) const;
+  InFlight& state(int64_t mb);
+
+  ExecContext& ctx_;
+  graph::Model& model_;
+  graph::ParamStore& store_;
+  StageRange range_;
+  StageComms comms_;
+  ExecutorConfig config_;
+  Trace* trace_;
+  graph::Optimizer optimizer_;
+  int64_t optimizer_steps_ = 0;
+
+  std::map<int64_t, std::unique_ptr<InFlight>> in_flight_;
+  std::map<std::pair<int, int64_t>, std::unique_ptr<PendingRecv>> receives_;  // (op, mb)
+  struct PendingSend {
+    TensorList tensors;  // kept alive until the sends complete
+    std::vector<std::unique_ptr<Request>> requests;
+    std::string what;
+  };
+  std::vector<PendingSend> sends_;
+  // Weight stashing (async-1f1b): versions still needed by micro-batches in flight.
+  std::map<int64_t, Tensor> stash_;
+  // Tied parameters split between the first and last stage: this store's gradient views.
+  std::vector<Tensor> tied_grads_;
+  bool tied_owner_side_ = false;
+};
+
+}  // namespace strata::parallel

@@ -1,0 +1,48 @@
+// Timeline of every instruction on every rank, written as a Chrome trace (JSON "traceEvents",
+// viewable in Perfetto or chrome://tracing): one process per rank, a "compute" thread for
+// Forward/Backward/ReduceGrads/OptimizerStep and a "comm" thread for sends and receives, each
+// event named by its instruction and carrying the micro-batch id.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "parallel/schedule/schedule.h"
+
+namespace strata::parallel {
+
+class Trace {
+ public:
+  Trace(int rank, int group, int stage);
+  void record(const Instruction& instruction, std::chrono::steady_clock::time_point start,
+              std::chrono::steady_clock::time_point end);
+  // A named span that is not an instruction (an evaluation, a data wait).
+  void record_span(const std::string& name, std::chrono::steady_clock::time_point start,
+                   std::chrono::steady_clock::time_point end);
+  size_t size() const;
+  // This rank's events as JSON objects joined by commas (no brackets), for merging.
+  std::string events_json() const;
+
+  // Writes a complete trace file from the events_json() of every rank (errors name the path).
+  static void write_file(const std::string& path, const std::vector<std::string>& rank_events);
+
+ private:
+  struct Event {
+    std::string name;
+    int64_t micro_batch;
+    int lane;  // 0 compute, 1 communication
+    double start_us, duration_us;
+  };
+  double micros(std::chrono::steady_clock::time_point t) const;
+
+  int rank_, group_, stage_;
+  std::chrono::steady_clock::time_point origin_;
+  int64_t origin_system_us_;  // wall-clock microseconds at origin_, to align ranks
+  mutable std::mutex mutex_;
+  std::vector<Event> events_;
+};
+
+}  // namespace strata::parallel
