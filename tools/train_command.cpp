@@ -63,6 +63,20 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Train on the first N samples only (0 = all)");
   cmd->add_option("--test-samples", o.test_samples,
                   "Evaluate on the first N test samples only (0 = all)");
+  cmd->add_option("--image-size", o.image_size,
+                  "Side of the square samples: image-folder (0 = 224: resize the shorter side to "
+                  "8/7 of it, center crop; random resized crops in training) and synthetic-images "
+                  "(0 = 32); other datasets have a fixed size");
+  cmd->add_flag("--augment,!--no-augment", o.augment,
+                "Random crops and horizontal flips of the training images (cifar10, image-folder; "
+                "never on the test split)");
+  cmd->add_flag("--skip-bad-samples", o.skip_bad_samples,
+                "image-folder: replace an unreadable image by the next readable one (logged, "
+                "counted) instead of stopping");
+  cmd->add_option("--synthetic-channels", o.synthetic_channels,
+                  "synthetic-images: channels of the samples");
+  cmd->add_option("--synthetic-classes", o.synthetic_classes,
+                  "synthetic-images: number of classes");
   cmd->add_option("--progress", o.progress,
                   "Live progress line: auto (when stdout is a terminal), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
@@ -76,8 +90,17 @@ int run_train(const TrainOptions& o) {
   ExecContext ctx(device, &allocator, o.threads);
 
   // Data.
-  std::shared_ptr<const io::Dataset> train = io::open_dataset(o.dataset, o.data_dir, "train");
-  std::shared_ptr<const io::Dataset> test = io::open_dataset(o.dataset, o.data_dir, "test");
+  io::DatasetOptions data_options;
+  data_options.image_size = o.image_size;
+  data_options.augment = o.augment;
+  data_options.skip_bad_samples = o.skip_bad_samples;
+  data_options.seed = o.seed;
+  data_options.channels = o.synthetic_channels;
+  data_options.num_classes = o.synthetic_classes;
+  std::shared_ptr<const io::Dataset> train =
+      io::open_dataset(o.dataset, o.data_dir, "train", data_options);
+  std::shared_ptr<const io::Dataset> test =
+      io::open_dataset(o.dataset, o.data_dir, "test", data_options);
   STRATA_CHECK_GE(o.train_samples, 0) << "--train-samples must be >= 0";
   STRATA_CHECK_GE(o.test_samples, 0) << "--test-samples must be >= 0";
   if (o.train_samples > 0 && o.train_samples < train->size()) {
@@ -123,6 +146,10 @@ int run_train(const TrainOptions& o) {
                {"parameters", std::to_string(store.num_params())},
                {"dataset", train->name() + " (" + std::to_string(train->size()) + ") / " +
                                test->name() + " (" + std::to_string(test->size()) + ")"},
+               {"input", shape_str(train->input_spec().shape) + " " +
+                             dtype_name(train->input_spec().dtype) + ", " +
+                             std::to_string(train->num_classes()) + " classes"},
+               {"augmentation", io::describe_augmentation(o.dataset, data_options)},
                {"device", device.str() + ", " + describe_threads(ctx)},
                {"layout", "single process (G=1 group x S=1 stage)"},
                {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
@@ -165,6 +192,13 @@ int run_train(const TrainOptions& o) {
                 100.0 * summary.last_eval->top5);
   }
   std::printf("\n");
+  const int64_t skipped_train = train->skipped_samples();
+  const int64_t skipped_test = test->skipped_samples();
+  if (skipped_train + skipped_test > 0) {
+    std::printf("skipped %lld unreadable samples (train %lld, test %lld): see the warnings above\n",
+                static_cast<long long>(skipped_train + skipped_test),
+                static_cast<long long>(skipped_train), static_cast<long long>(skipped_test));
+  }
   return 0;
 }
 
