@@ -67,9 +67,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Side of the square samples: image-folder (0 = 224: resize the shorter side to "
                   "8/7 of it, center crop; random resized crops in training) and synthetic-images "
                   "(0 = 32); other datasets have a fixed size");
-  cmd->add_flag("--augment,!--no-augment", o.augment,
-                "Random crops and horizontal flips of the training images (cifar10, image-folder; "
-                "never on the test split)");
+  cmd->add_flag("--augment{true},--no-augment{false}", o.augment,
+                "Random crops and horizontal flips of the training images, on by default "
+                "(cifar10, image-folder; never on the test split)");
   cmd->add_flag("--skip-bad-samples", o.skip_bad_samples,
                 "image-folder: replace an unreadable image by the next readable one (logged, "
                 "counted) instead of stopping");
