@@ -175,8 +175,8 @@ bool DataLoader::assemble(const Epoch& epoch, int64_t step, Slot* slot) const {
     const int64_t position = batch.sample_offset + r;
     const int64_t index = (*epoch.order)[static_cast<size_t>(position)];
     try {
-      dataset_->get(index, input + static_cast<size_t>(r) * input_bytes,
-                    target + static_cast<size_t>(r) * target_bytes);
+      dataset_->get_in_epoch(epoch.epoch, index, input + static_cast<size_t>(r) * input_bytes,
+                             target + static_cast<size_t>(r) * target_bytes);
     } catch (...) {
       where << ": dataset " << dataset_->name() << " sample " << index << " (position " << position
             << " of the epoch order)";

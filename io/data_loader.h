@@ -17,7 +17,9 @@
 //
 // Order. Epoch e visits the samples in the identity order, or with shuffle in a Fisher-Yates
 // permutation drawn from PhiloxStream(seed, stable_hash("shuffle"), e): a function of (seed,
-// epoch) only, identical on every rank whatever its shard, worker count or prefetch depth.
+// epoch) only, identical on every rank whatever its shard, worker count or prefetch depth. Samples
+// are read with Dataset::get_in_epoch(e, index), so a dataset's augmentation can vary per epoch
+// and stay a function of (seed, epoch, index).
 //
 // Batches. Step s covers positions [s*B, s*B + b) of the epoch order, where b = B except for the
 // last batch, which has the N mod B leftover samples (or is dropped with drop_last).

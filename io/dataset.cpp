@@ -29,6 +29,12 @@ class SubsetDataset final : public Dataset {
         << name() << ": sample " << index << " out of range (size " << count_ << ")";
     base_->get(first_ + index, input, target);
   }
+  void get_in_epoch(int64_t epoch, int64_t index, void* input, void* target) const override {
+    STRATA_CHECK(index >= 0 && index < count_)
+        << name() << ": sample " << index << " out of range (size " << count_ << ")";
+    base_->get_in_epoch(epoch, first_ + index, input, target);
+  }
+  int64_t skipped_samples() const override { return base_->skipped_samples(); }
 
  private:
   std::shared_ptr<const Dataset> base_;

@@ -31,6 +31,17 @@ class Dataset {
   // say. Called concurrently from the loader's threads: must be thread-safe. Errors (a corrupt
   // file) throw strata::Error naming the file and the sample.
   virtual void get(int64_t index, void* input, void* target) const = 0;
+  // Sample `index` as epoch `epoch` of a run sees it. The DataLoader calls this one, with the epoch
+  // of its start_epoch. A dataset with random augmentation overrides it and draws its randomness
+  // from (seed, epoch, index) alone, so a sample is the same whichever thread makes it and in
+  // whatever order; its get(index) is epoch 0. The default ignores the epoch.
+  virtual void get_in_epoch(int64_t epoch, int64_t index, void* input, void* target) const {
+    get(index, input, target);
+  }
+  // Samples whose file could not be read and that the dataset replaced by another sample instead
+  // of failing (ImageFolderOptions::skip_bad_samples), so far; 0 for datasets that never skip.
+  // Thread-safe.
+  virtual int64_t skipped_samples() const { return 0; }
 };
 
 // The samples [first, first + count) of `base` as a dataset of their own (tests and quick runs

@@ -19,14 +19,25 @@ struct DatasetInfo {
 };
 
 const std::vector<DatasetInfo>& dataset_catalog();
-std::string dataset_names();  // "fashion-mnist, mnist, tokens, brown, synthetic-tokens"
+std::string dataset_names();  // "fashion-mnist, mnist, cifar10, ..., brown, synthetic-tokens"
 const DatasetInfo& dataset_info(const std::string& name);  // throws listing the valid names
 
-// What a text dataset needs beyond its name, directory and split (image datasets ignore it).
+// What a dataset can be asked for beyond its name, directory and split; the defaults give every
+// dataset its standard form. Image datasets ignore the text fields and text datasets the image
+// fields.
 struct DatasetOptions {
-  int64_t seq_len = 128;                     // T: tokens per sample
-  TextTask task = TextTask::kLanguageModel;  // lm (GPT-2) or mlm (BERT)
-  uint64_t seed = 0;                         // MLM masks and synthetic tokens
+  uint64_t seed = 0;  // augmentation, MLM masks, synthetic samples
+  // image-folder: the side S of the (3, S, S) samples, 0 = 224; synthetic-images: H = W, 0 = 32.
+  // The other image datasets have a fixed size: 0 or that size.
+  int64_t image_size = 0;
+  // cifar10, image-folder: random crops and flips on the training split (never on test).
+  bool augment = true;
+  // image-folder: replace unreadable files instead of failing (io/image_folder.h).
+  bool skip_bad_samples = false;
+  int64_t channels = 3;                      // synthetic-images: C
+  int64_t num_classes = 10;                  // synthetic-images
+  int64_t seq_len = 128;                     // text: T, tokens per sample
+  TextTask task = TextTask::kLanguageModel;  // text: lm (GPT-2) or mlm (BERT)
   std::string vocab_dir;                     // brown: GPT-2's vocabulary ("" = the default)
 };
 
@@ -39,11 +50,14 @@ inline constexpr int64_t kSyntheticTestSamples = 1024;
 
 // Split `split` (train or test; text datasets also take val, the same as test) of dataset `name`,
 // from `dir` or, when empty, the dataset's default location. Unknown names list the valid ones; a
-// missing dataset names what supplies it.
+// missing dataset names what supplies it; an option the dataset cannot honour (an image size other
+// than its own, skip_bad_samples on a dataset read whole at open) is an error naming the flag.
 std::shared_ptr<const Dataset> open_dataset(const std::string& name, const std::string& dir,
                                             const std::string& split,
-                                            const DatasetOptions& options);
-std::shared_ptr<const Dataset> open_dataset(const std::string& name, const std::string& dir,
-                                            const std::string& split);
+                                            const DatasetOptions& options = {});
+
+// The augmentation dataset `name` applies to its training split with these options, in words
+// ("random crop 32 (padding 4) + horizontal flip", or "none").
+std::string describe_augmentation(const std::string& name, const DatasetOptions& options);
 
 }  // namespace strata::io

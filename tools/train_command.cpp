@@ -91,6 +91,20 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Train on the first N samples only (0 = all)");
   cmd->add_option("--test-samples", o.test_samples,
                   "Evaluate on the first N test samples only (0 = all)");
+  cmd->add_option("--image-size", o.image_size,
+                  "Side of the square samples: image-folder (0 = 224: resize the shorter side to "
+                  "8/7 of it, center crop; random resized crops in training) and synthetic-images "
+                  "(0 = 32); other datasets have a fixed size");
+  cmd->add_flag("--augment{true},--no-augment{false}", o.augment,
+                "Random crops and horizontal flips of the training images, on by default "
+                "(cifar10, image-folder; never on the test split)");
+  cmd->add_flag("--skip-bad-samples", o.skip_bad_samples,
+                "image-folder: replace an unreadable image by the next readable one (logged, "
+                "counted) instead of stopping");
+  cmd->add_option("--synthetic-channels", o.synthetic_channels,
+                  "synthetic-images: channels of the samples");
+  cmd->add_option("--synthetic-classes", o.synthetic_classes,
+                  "synthetic-images: number of classes");
   cmd->add_option("--progress", o.progress,
                   "Live progress line: auto (when stdout is a terminal), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
@@ -122,6 +136,7 @@ namespace {
 struct Setup {
   std::shared_ptr<const io::Dataset> train, test;
   std::string dataset_line;  // for the configuration table
+  std::string augmentation;
   proto::ModelSpec spec;
   std::vector<std::string> layer_names;
   int64_t num_params = 0;
@@ -179,6 +194,10 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
   print_table({{"model", s.spec.name() + (o.model_spec.empty() ? "" : " (" + o.model_spec + ")")},
                {"parameters", std::to_string(s.num_params)},
                {"dataset", s.dataset_line},
+               {"input", shape_str(s.train->input_spec().shape) + " " +
+                             dtype_name(s.train->input_spec().dtype) + ", " +
+                             std::to_string(s.train->num_classes()) + " classes"},
+               {"augmentation", s.augmentation},
                {"device", device.str() + ", " +
                               (o.threads > 0 ? std::to_string(o.threads) : "all") + " CPU threads"},
                {"layout", "G=" + std::to_string(p.groups) + " group" + (p.groups == 1 ? "" : "s") +
@@ -263,6 +282,13 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   }
   if (!o.trace.empty()) std::printf("; trace %s", o.trace.c_str());
   std::printf("\n");
+  const int64_t skipped_train = setup.train->skipped_samples();
+  const int64_t skipped_test = setup.test->skipped_samples();
+  if (skipped_train + skipped_test > 0) {
+    std::printf("skipped %lld unreadable samples (train %lld, test %lld): see the warnings above\n",
+                static_cast<long long>(skipped_train + skipped_test),
+                static_cast<long long>(skipped_train), static_cast<long long>(skipped_test));
+  }
   std::fflush(stdout);
 }
 
@@ -273,10 +299,16 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   data_options.task = text_task_for_model(o.model, o.text_task);
   data_options.seed = o.seed;
   data_options.vocab_dir = o.vocab_dir;
+  data_options.image_size = o.image_size;
+  data_options.augment = o.augment;
+  data_options.skip_bad_samples = o.skip_bad_samples;
+  data_options.channels = o.synthetic_channels;
+  data_options.num_classes = o.synthetic_classes;
   s.train = io::open_dataset(o.dataset, o.data_dir, "train", data_options);
   s.test = io::open_dataset(o.dataset, o.data_dir, "test", data_options);
   s.dataset_line = s.train->name() + " (" + std::to_string(s.train->size()) + ") / " +
                    s.test->name() + " (" + std::to_string(s.test->size()) + ")";
+  s.augmentation = io::describe_augmentation(o.dataset, data_options);
   if (io::dataset_info(o.dataset).text) {
     s.dataset_line += std::string("; ") + io::text_task_name(data_options.task) + ", " +
                       std::to_string(o.seq_len) + " tokens per sample, vocabulary " +

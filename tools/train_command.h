@@ -41,6 +41,11 @@ struct TrainOptions {
   int workers = 2;
   int64_t train_samples = 0;
   int64_t test_samples = 0;
+  int64_t image_size = 0;  // 0 = the dataset's own
+  bool augment = true;
+  bool skip_bad_samples = false;
+  int64_t synthetic_channels = 3;
+  int64_t synthetic_classes = 10;
   std::string progress = "auto";
   // Pipeline and data parallelism.
   int stages = 1;

@@ -282,6 +282,41 @@ TEST(DataLoader, WorkersGiveTheSameBatchesAsTheCallingThread) {
   expect_same_batches(epoch_batches(sync, 3), epoch_batches(narrow, 3));
 }
 
+// Sample i in epoch e: input {i, e}, target i.
+class EpochDataset final : public Dataset {
+ public:
+  std::string name() const override { return "epochs"; }
+  int64_t size() const override { return 9; }
+  SampleSpec input_spec() const override { return {{2}, DType::kF32}; }
+  SampleSpec target_spec() const override { return {{}, DType::kI64}; }
+  void get(int64_t index, void* input, void* target) const override {
+    ADD_FAILURE() << "the loader must call get_in_epoch";
+    get_in_epoch(0, index, input, target);
+  }
+  void get_in_epoch(int64_t epoch, int64_t index, void* input, void* target) const override {
+    static_cast<float*>(input)[0] = static_cast<float>(index);
+    static_cast<float*>(input)[1] = static_cast<float>(epoch);
+    *static_cast<int64_t*>(target) = index;
+  }
+};
+
+TEST(DataLoader, ReadsSamplesInTheEpochOfStartEpoch) {
+  for (int workers : {0, 2}) {
+    DataLoaderOptions o = make_options(4, true, 5);
+    o.num_workers = workers;
+    DataLoader loader(std::make_shared<EpochDataset>(), o);
+    for (int64_t epoch : {0, 3, 1}) {
+      int64_t rows = 0;
+      for (const Batch& b : epoch_batches(loader, epoch)) {
+        const std::vector<float> in = b.input.to_vector<float>();
+        for (int64_t r = 0; r < b.rows; ++r) EXPECT_EQ(in[2 * r + 1], static_cast<float>(epoch));
+        rows += b.rows;
+      }
+      EXPECT_EQ(rows, 9) << "workers " << workers << " epoch " << epoch;
+    }
+  }
+}
+
 TEST(DataLoader, BatchesComeFromTheGivenAllocator) {
   auto data = std::make_shared<RangeDataset>(20);
   CpuAllocator alloc;

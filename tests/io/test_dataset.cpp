@@ -91,5 +91,45 @@ TEST(Subset, IndexOutsideTheSubsetIsAnError) {
   EXPECT_THROW(subset->get(-1, input, &target), Error);
 }
 
+// Sample i in epoch e: input {i, e}; it reports `skipped` skipped samples.
+class EpochDataset final : public Dataset {
+ public:
+  std::string name() const override { return "epochs"; }
+  int64_t size() const override { return 10; }
+  SampleSpec input_spec() const override { return {{2}, DType::kF32}; }
+  SampleSpec target_spec() const override { return {{}, DType::kI64}; }
+  void get(int64_t index, void* input, void* target) const override {
+    get_in_epoch(0, index, input, target);
+  }
+  void get_in_epoch(int64_t epoch, int64_t index, void* input, void* target) const override {
+    static_cast<float*>(input)[0] = static_cast<float>(index);
+    static_cast<float*>(input)[1] = static_cast<float>(epoch);
+    *static_cast<int64_t*>(target) = index;
+  }
+  int64_t skipped_samples() const override { return 4; }
+};
+
+TEST(Subset, ForwardsTheEpochAndTheSkippedCount) {
+  auto subset = make_subset(std::make_shared<EpochDataset>(), 3, 5);
+  float input[2];
+  int64_t target = -1;
+  subset->get_in_epoch(6, 2, input, &target);
+  EXPECT_EQ(input[0], 5.0f);
+  EXPECT_EQ(input[1], 6.0f);
+  EXPECT_EQ(target, 5);
+  EXPECT_THROW(subset->get_in_epoch(0, 5, input, &target), Error);
+  EXPECT_EQ(subset->skipped_samples(), 4);
+}
+
+TEST(Dataset, DefaultsIgnoreTheEpochAndSkipNothing) {
+  RangeDataset base(4);
+  float input[2];
+  int64_t target = -1;
+  base.get_in_epoch(9, 3, input, &target);
+  EXPECT_EQ(input[0], 3.0f);
+  EXPECT_EQ(target, 3);
+  EXPECT_EQ(base.skipped_samples(), 0);
+}
+
 }  // namespace
 }  // namespace strata::io

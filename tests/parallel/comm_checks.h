@@ -261,13 +261,18 @@ inline void split_grid(Communicator& comm, int groups, int stages) {
   }
 }
 
-// Rank 0 arrives late; nobody may leave the barrier before it arrives.
+// Rank 0 arrives late; nobody may leave the barrier before it arrives. Rank 0 then broadcasts
+// the moment it arrived (steady_clock is the machine's monotonic clock, shared by the threads and
+// processes of one host), and every rank checks it left after that moment.
 inline void barrier_waits_for_everyone(Communicator& comm) {
-  const auto delay = Millis(150);
-  const auto start = std::chrono::steady_clock::now();
-  if (comm.rank() == 0) std::this_thread::sleep_for(delay);
+  if (comm.rank() == 0) std::this_thread::sleep_for(Millis(150));
+  const int64_t arrived = std::chrono::steady_clock::now().time_since_epoch().count();
   comm.barrier("late barrier");
-  EXPECT_GE(std::chrono::steady_clock::now() - start, delay - Millis(5))
+  const int64_t left = std::chrono::steady_clock::now().time_since_epoch().count();
+  Tensor t = Tensor::full({1}, 0.0, DType::kI64);
+  if (comm.rank() == 0) t.data<int64_t>()[0] = arrived;
+  wait(*comm.broadcast(t, 0), comm, "broadcast of rank 0's arrival");
+  EXPECT_GE(left, t.item<int64_t>())
       << "rank " << comm.rank() << " left the barrier before rank 0 arrived";
 }
 

@@ -11,6 +11,7 @@
 
 #include "io/idx.h"
 #include "io/mnist.h"
+#include "testing/image_files.h"
 
 namespace {
 
@@ -68,9 +69,9 @@ TEST(Cli, UnknownModelAndDatasetListTheValidOnes) {
   EXPECT_TRUE(contains(r.output, "unknown model 'alexnet' (valid: cnn, mlp")) << r.output;
   r = run("train --dataset imagenet --steps 1");
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(contains(
-      r.output,
-      "unknown dataset 'imagenet' (valid: fashion-mnist, mnist, tokens, brown, synthetic-tokens)"))
+  EXPECT_TRUE(contains(r.output,
+                       "unknown dataset 'imagenet' (valid: fashion-mnist, mnist, cifar10, "
+                       "image-folder, synthetic-images, tokens, brown, synthetic-tokens)"))
       << r.output;
 }
 
@@ -145,6 +146,92 @@ TEST(Cli, ShortTrainingRunWritesMetrics) {
   }
   EXPECT_EQ(train, 3);
   EXPECT_EQ(eval, 1);
+}
+
+TEST(Cli, TrainsOnTinyCifar10Files) {
+  const std::string dir = temp_dir("cifar");
+  strata::testing::write_cifar_dir(dir, 8, 8);
+  const Result r = run("train --model cnn --size tiny --dataset cifar10 --data-dir " + dir +
+                       " --steps 5 --batch-size 8 --threads 1 --progress off");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"cifar10/train (40) / cifar10/test (8)", "(3, 32, 32) f32, 10 classes",
+                        "random crop 32 (padding 4) + horizontal flip", "done: 5 steps"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing '" << s << "' in\n" << r.output;
+  }
+  EXPECT_FALSE(contains(r.output, "skipped")) << r.output;
+  const Result plain = run("train --dataset cifar10 --data-dir " + dir +
+                           " --size tiny --steps 1 --batch-size 8 --no-augment --progress off");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_TRUE(contains(plain.output, "augmentation     none")) << plain.output;
+
+  Result e = run("train --dataset cifar10 --data-dir " + dir + " --image-size 64 --steps 1");
+  EXPECT_EQ(e.status, 1);
+  EXPECT_TRUE(contains(e.output, "--image-size 64 applies to image-folder and synthetic-images"))
+      << e.output;
+  e = run("train --dataset cifar10 --data-dir " + dir + " --skip-bad-samples --steps 1");
+  EXPECT_EQ(e.status, 1);
+  EXPECT_TRUE(contains(e.output, "--skip-bad-samples applies to image-folder only")) << e.output;
+  std::filesystem::resize_file(dir + "/data_batch_3.bin", 1000);
+  e = run("train --dataset cifar10 --data-dir " + dir + " --steps 1");
+  EXPECT_EQ(e.status, 1);
+  EXPECT_TRUE(contains(e.output, dir + "/data_batch_3.bin: expected a whole number")) << e.output;
+  e = run("train --dataset cifar10 --data-dir " + dir + "/missing --steps 1");
+  EXPECT_EQ(e.status, 1);
+  EXPECT_TRUE(contains(e.output, "--data-dir")) << e.output;
+}
+
+TEST(Cli, TrainsOnAnImageFolderAndReportsSkippedFiles) {
+  const std::string dir = temp_dir("folder");
+  int seed = 0;
+  for (const std::string split : {"train", "val"}) {
+    for (const std::string cls : {"ant", "bee", "cat"}) {
+      std::filesystem::create_directories(dir + "/" + split + "/" + cls);
+      for (int i = 0; i < 3; ++i, ++seed) {
+        const std::vector<uint8_t> rgb = strata::testing::test_rgb_image(40, 30, seed);
+        const std::string stem = dir + "/" + split + "/" + cls + "/" + std::to_string(i);
+        strata::testing::write_bytes(stem + ".jpg", strata::testing::encode_jpeg(40, 30, rgb));
+        strata::testing::write_bytes(stem + "b.png", strata::testing::encode_png(40, 30, 3, rgb));
+      }
+    }
+  }
+  // One truncated JPEG in the training split.
+  std::vector<uint8_t> jpg = strata::testing::read_bytes(dir + "/train/bee/1.jpg");
+  jpg.resize(jpg.size() / 3);
+  strata::testing::write_bytes(dir + "/train/bee/1.jpg", jpg);
+
+  Result r = run("train --model cnn --size tiny --dataset image-folder --data-dir " + dir +
+                 " --image-size 16 --steps 5 --batch-size 4 --threads 1 --progress off");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, dir + "/train/bee/1.jpg: cannot decode JPEG")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--skip-bad-samples")) << r.output;
+
+  // 18 training images in batches of 4: 5 steps read every one of them.
+  r = run("train --model cnn --size tiny --dataset image-folder --data-dir " + dir +
+          " --image-size 16 --steps 5 --batch-size 4 --threads 1 --progress off "
+          "--skip-bad-samples");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* s :
+       {"image-folder/train (18) / image-folder/test (18)", "(3, 16, 16) f32, 3 classes",
+        "random resized crop 16 + horizontal flip", "skipping unreadable sample", "done: 5 steps",
+        "skipped 1 unreadable samples (train 1, test 0)"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing '" << s << "' in\n" << r.output;
+  }
+}
+
+TEST(Cli, TrainsOnSyntheticImagesOfAnyShape) {
+  const Result r = run(
+      "train --model cnn --size tiny --dataset synthetic-images --image-size 12 "
+      "--synthetic-channels 2 --synthetic-classes 5 --steps 3 --batch-size 8 --train-samples 64 "
+      "--test-samples 16 --threads 1 --progress off");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "(2, 12, 12) f32, 5 classes")) << r.output;
+  EXPECT_TRUE(contains(r.output, "done: 3 steps")) << r.output;
+  const Result e = run("train --synthetic-classes 5 --steps 1");
+  EXPECT_EQ(e.status, 1);
+  EXPECT_TRUE(contains(e.output,
+                       "--synthetic-channels and --synthetic-classes apply to "
+                       "synthetic-images only"))
+      << e.output;
 }
 
 TEST(Cli, ProfileAndBenchRun) {
