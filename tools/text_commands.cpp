@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -140,6 +141,19 @@ int run_prepare_text(const PrepareTextOptions& o) {
   const std::vector<std::string> val =
       write_shards(o.output_dir, "val", corpus.val, o.shard_tokens);
 
+  // The loss of a model that ignores context: the entropy of the training tokens' unigram
+  // distribution, in nats (the unit of the training loss).
+  double unigram_entropy = 0.0;
+  {
+    std::vector<int64_t> counts(static_cast<size_t>(tokenizer.vocab_size()), 0);
+    for (int32_t t : corpus.train) ++counts[static_cast<size_t>(t)];
+    const double n = static_cast<double>(corpus.train.size());
+    for (int64_t c : counts) {
+      if (c > 0)
+        unigram_entropy -= static_cast<double>(c) / n * std::log(static_cast<double>(c) / n);
+    }
+  }
+
   std::printf("prepare-text: %zu documents from %s, %.2f MB of text\n", documents.size(),
               source.c_str(), static_cast<double>(bytes) / 1e6);
   print_table(
@@ -152,6 +166,8 @@ int run_prepare_text(const PrepareTextOptions& o) {
                                        : std::to_string(corpus.val_documents) + " documents") +
                    ", " + with_commas(static_cast<int64_t>(corpus.val.size())) + " tokens in " +
                    std::to_string(val.size()) + " shard" + (val.size() == 1 ? "" : "s")},
+       {"unigram entropy",
+        format_fixed(unigram_entropy) + " nats/token (the loss of a model that ignores context)"},
        {"output", o.output_dir},
        {"time", seconds_str(load_s) + " loading the vocabulary, " + seconds_str(tokenize_s) +
                     " tokenizing (" +
