@@ -18,6 +18,7 @@
 #include "engine/check.h"
 #include "engine/log.h"
 #include "graph/model_spec.h"
+#include "models/weight_files.h"
 #include "parallel/executor.h"
 #include "parallel/micro_batches.h"
 #include "parallel/trace.h"
@@ -135,6 +136,13 @@ Trainer::Trainer(ExecContext& ctx, const proto::ModelSpec& spec,
   const auto [begin, end] = pipeline_.partition[stage_];
   store_ = std::make_unique<graph::ParamStore>(*model_, begin, end, ctx.allocator());
   store_->initialize(config.seed);
+  if (!config.init_weights.empty()) {
+    const models::WeightsReadReport report =
+        models::load_weights(config.init_weights, *model_, *store_);
+    STRATA_LOG(DEBUG) << "stage " << stage_ << ": " << report.tensors_loaded << " tensors from "
+                      << config.init_weights << " (" << models::weight_naming_name(report.naming)
+                      << " names)";
+  }
   set_log_rank(world != nullptr && world->size() > 1 ? rank_ : -1);
   make_communicators();
 }

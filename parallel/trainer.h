@@ -40,6 +40,10 @@ struct TrainConfig {
   int num_workers = 2;  // data-loader threads
   graph::OptimizerConfig optimizer;
   ops::CrossEntropyOptions loss;
+  // A safetensors file of weights to start from (fine-tuning) instead of the seed's
+  // initialization, under Hugging Face / torchvision or Strata names (models/weight_files.h).
+  // The whole file is checked against the whole model; each stage loads only its own layers.
+  std::string init_weights;
 };
 
 struct PipelineConfig {
@@ -110,7 +114,8 @@ struct TrainSummary {
 class Trainer {
  public:
   // Builds this rank's stage of the model described by `spec` (layers in pipeline.partition for
-  // stage world->rank() % S) with parameters initialized from config.seed. `world` has
+  // stage world->rank() % S) with parameters initialized from config.seed, or loaded from
+  // config.init_weights. `world` has
   // groups * stages ranks; null for a single process. `test` may be null (no evaluation).
   // `observer` is called on world rank 0 only. The context's allocator holds the stage.
   Trainer(ExecContext& ctx, const proto::ModelSpec& spec, std::shared_ptr<const io::Dataset> train,

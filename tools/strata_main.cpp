@@ -9,6 +9,7 @@
 #include "engine/check.h"
 #include "engine/log.h"
 #include "tools/bench/op_bench.h"
+#include "tools/convert_command.h"
 #include "tools/plan_command.h"
 #include "tools/profile_command.h"
 #include "tools/text_commands.h"
@@ -28,7 +29,8 @@ void print_valid_flags(const CLI::App& app) {
   const std::string cmd = target == &app ? "strata" : "strata " + target->get_name();
   std::fprintf(stderr, "valid flags for %s: %s\n", cmd.c_str(), flags.c_str());
   if (target == &app) {
-    std::fprintf(stderr, "commands: train, profile, plan, bench, prepare-text, tokenize\n");
+    std::fprintf(stderr,
+                 "commands: train, profile, plan, bench, prepare-text, tokenize, convert\n");
   }
 }
 
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
   CLI::App* prepare_text_cmd = strata::tools::add_prepare_text_command(app, prepare_text);
   strata::tools::TokenizeOptions tokenize;
   CLI::App* tokenize_cmd = strata::tools::add_tokenize_command(app, tokenize);
+  strata::tools::ConvertOptions convert;
+  CLI::App* convert_cmd = strata::tools::add_convert_command(app, convert);
 
   try {
     app.parse(argc, argv);
@@ -87,6 +91,7 @@ int main(int argc, char** argv) {
     if (*bench_cmd) return strata::tools::run_op_bench(bench);
     if (*prepare_text_cmd) return strata::tools::run_prepare_text(prepare_text);
     if (*tokenize_cmd) return strata::tools::run_tokenize(tokenize);
+    if (*convert_cmd) return strata::tools::run_convert(convert);
   } catch (const strata::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "\nerror: %s\n", e.what());

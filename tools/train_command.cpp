@@ -76,6 +76,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--clip-grad-norm", o.clip_grad_norm, "Clip the global gradient norm (0 = off)");
   cmd->add_option("--label-smoothing", o.label_smoothing, "Label smoothing of the cross-entropy");
   cmd->add_option("--seed", o.seed, "Seed of initialization, shuffling and dropout");
+  cmd->add_option("--init-weights", o.init_weights,
+                  "Start from the weights of this safetensors file (Hugging Face/torchvision or "
+                  "Strata names, see `strata convert`) instead of initializing from --seed");
   cmd->add_option("--device", o.device, "cpu, cuda:N, or auto");
   cmd->add_option("--threads", o.threads,
                   "CPU threads for ops, shared by the ranks of this process (0 = all cores)");
@@ -224,6 +227,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                {"clip grad norm", o.clip_grad_norm > 0 ? format_number(o.clip_grad_norm) : "off"},
                {"label smoothing", format_number(o.label_smoothing)},
                {"seed", std::to_string(o.seed)},
+               {"initial weights", o.init_weights.empty() ? "from the seed" : o.init_weights},
                {"memory limit", o.mem_limit.empty() ? "none" : o.mem_limit + " per rank"},
                {"comm timeout", format_number(o.comm_timeout) + " s"},
                {"metrics", o.metrics.empty() ? "off" : o.metrics},
@@ -363,6 +367,7 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   config.steps = o.steps;
   config.batch_size = o.batch_size;
   config.seed = o.seed;
+  config.init_weights = o.init_weights;
   config.log_every = o.log_every;
   config.eval_every = o.eval_every;
   config.num_workers = o.workers;

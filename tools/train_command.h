@@ -32,6 +32,7 @@ struct TrainOptions {
   double clip_grad_norm = 0.0;
   double label_smoothing = 0.0;
   uint64_t seed = 0;
+  std::string init_weights;  // safetensors file to start from ("" = initialize from --seed)
   std::string device = "auto";
   int threads = 0;
   std::string mem_limit;
