@@ -268,6 +268,7 @@ void Executor::backward(int64_t mb) {
 }
 
 void Executor::reduce_gradients() {
+  const auto start = Clock::now();
   if (comms_.tied != nullptr) {
     for (const Tensor& g : tied_grads_) {
       auto r = comms_.tied->all_reduce(g);
@@ -280,6 +281,7 @@ void Executor::reduce_gradients() {
     r->wait(comms_.dp->timeout(),
             "ReduceGrads (data-parallel groups) on stage " + std::to_string(range_.stage));
   }
+  collective_seconds_ += seconds_since(start);
 }
 
 void Executor::optimizer_step(StepStats* stats) {
@@ -293,10 +295,12 @@ void Executor::optimizer_step(StepStats* stats) {
   graph::Optimizer::GlobalSum global_sum;
   if (comms_.pipe != nullptr && comms_.pipe->size() > 1) {
     global_sum = [this](double local) {
+      const auto start = Clock::now();
       Tensor t = Tensor::full({1}, local, DType::kF64);
       auto r = comms_.pipe->all_reduce(t);
       r->wait(comms_.pipe->timeout(),
               "OptimizerStep (gradient norm) on stage " + std::to_string(range_.stage));
+      collective_seconds_ += seconds_since(start);
       return t.item<double>();
     };
   }
@@ -310,6 +314,7 @@ void Executor::optimizer_step(StepStats* stats) {
 
 void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStats* stats) {
   const auto start = Clock::now();
+  const double collective_before = collective_seconds_;
   switch (in.op) {
     case OpCode::kRecvAct:
       state(in.micro_batch).inputs = take_receive(in);
@@ -342,7 +347,8 @@ void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStat
       optimizer_step(stats);
       break;
   }
-  const double seconds = seconds_since(start);
+  // Time blocked in a collective waits for the other ranks: it is not work.
+  const double seconds = seconds_since(start) - (collective_seconds_ - collective_before);
   if (is_compute(in.op)) stats->busy_seconds += seconds;
   if (trace_ != nullptr) trace_->record(in, start, Clock::now());
 }

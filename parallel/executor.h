@@ -76,7 +76,9 @@ struct StepStats {
   double lr = 0.0;
   double grad_norm = 0.0;  // global (all stages) norm before clipping, at the last update
   int64_t optimizer_steps = 0;
-  double busy_seconds = 0.0;  // Forward, Backward, ReduceGrads, OptimizerStep
+  // Forward, Backward, ReduceGrads, OptimizerStep, less the time they block in collectives (the
+  // all-reduces of gradients and of the global gradient norm wait for the other ranks).
+  double busy_seconds = 0.0;
   double wall_seconds = 0.0;  // the whole program, waits included
 };
 
@@ -136,6 +138,7 @@ class Executor {
   Trace* trace_;
   graph::Optimizer optimizer_;
   int64_t optimizer_steps_ = 0;
+  double collective_seconds_ = 0.0;  // blocked in collectives, since construction
 
   std::map<int64_t, std::unique_ptr<InFlight>> in_flight_;
   std::map<std::pair<int, int64_t>, std::unique_ptr<PendingRecv>> receives_;  // (op, mb)

@@ -272,10 +272,11 @@ TrainSummary Trainer::run() {
     if (sync) executor.finish();
     source.release_before(sync ? step + 1 : std::max<int64_t>(0, step - 1));
     report.busy_seconds += stats.busy_seconds;
-    report.wall_seconds += stats.wall_seconds;
     // Loss and counts from the last stages; samples from the loader's arithmetic.
     std::vector<double> m{stats.loss, static_cast<double>(stats.counted)};
     world_sum(world_, &m, "step metrics");
+    // The step ends for every rank when the last one is done (the sum above waited for it).
+    report.wall_seconds += seconds_since(step_start);
     // Async: M updates per segment, each loss the mean of its micro-batch over the groups.
     const double loss = sync ? m[0] : m[0] / static_cast<double>(M);
     STRATA_CHECK(std::isfinite(loss))
