@@ -92,6 +92,14 @@ Trainer::Trainer(ExecContext& ctx, const proto::ModelSpec& spec,
                  std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
                  const TrainConfig& config, const PipelineConfig& pipeline, Communicator* world,
                  TrainObserver* observer)
+    : Trainer(
+          ctx, [&spec] { return graph::build_model(spec); }, std::move(train), std::move(test),
+          config, pipeline, world, observer) {}
+
+Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
+                 std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
+                 const TrainConfig& config, const PipelineConfig& pipeline, Communicator* world,
+                 TrainObserver* observer)
     : ctx_(ctx),
       train_(std::move(train)),
       test_(std::move(test)),
@@ -116,7 +124,8 @@ Trainer::Trainer(ExecContext& ctx, const proto::ModelSpec& spec,
   rank_ = world != nullptr ? world->rank() : 0;
   stage_ = rank_ % S;
   group_ = rank_ / S;
-  model_ = graph::build_model(spec);
+  model_ = build();
+  STRATA_CHECK(model_ != nullptr && model_->size() > 0) << "Trainer: the model has no layers";
   if (pipeline_.partition.empty()) {
     STRATA_CHECK_EQ(S, 1) << "a pipeline of " << S << " stages needs a partition";
     pipeline_.partition = {{0, model_->size()}};

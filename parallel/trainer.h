@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -123,6 +124,11 @@ class Trainer {
   // groups * stages ranks; null for a single process. `test` may be null (no evaluation).
   // `observer` is called on world rank 0 only. The context's allocator holds the stage.
   Trainer(ExecContext& ctx, const proto::ModelSpec& spec, std::shared_ptr<const io::Dataset> train,
+          std::shared_ptr<const io::Dataset> test, const TrainConfig& config,
+          const PipelineConfig& pipeline, Communicator* world, TrainObserver* observer);
+  // The same for a model made in C++ (layers that no ModelSpec names: a program's own layers).
+  // `build` must give every rank the same model.
+  Trainer(ExecContext& ctx, const ModelBuilder& build, std::shared_ptr<const io::Dataset> train,
           std::shared_ptr<const io::Dataset> test, const TrainConfig& config,
           const PipelineConfig& pipeline, Communicator* world, TrainObserver* observer);
   ~Trainer();
