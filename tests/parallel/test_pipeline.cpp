@@ -596,7 +596,7 @@ TEST(Pipeline, MeasuredBubbleOfBalancedStagesMatchesTheory) {
   // machine (a few ms now and then, hence stages of 10 ms rather than 5).
   for (const int S : {2, 4}) {
     for (const int64_t M : {4, 8}) {
-      const TrainSummary summary = timed_run(S, M, ScheduleKind::kGPipe, 2);
+      const TrainSummary summary = timed_run(S, M, ScheduleKind::kGPipe, 3);
       const double theory = static_cast<double>(S - 1) / static_cast<double>(M + S - 1);
       EXPECT_DOUBLE_EQ(summary.theoretical_bubble, theory);
       EXPECT_NEAR(summary.measured_bubble, theory, 0.05) << "gpipe, S " << S << ", M " << M;
