@@ -59,6 +59,9 @@ struct Executor::InFlight {
 struct Executor::PendingRecv {
   TensorList buffers;  // one per boundary tensor; undefined where nothing is received
   std::vector<std::unique_ptr<Request>> requests;
+  Instruction instruction;
+  Clock::time_point posted;
+  bool complete = false;  // every request seen complete (and the transfer recorded)
 };
 
 Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& store,
@@ -137,6 +140,8 @@ void Executor::post_receive(const Instruction& in, MicroBatchSource& source) {
   const graph::TensorSpecs& specs = model_.specs_before(gradient ? range_.end : range_.begin);
   const int peer = gradient ? range_.stage + 1 : range_.stage - 1;
   auto pending = std::make_unique<PendingRecv>();
+  pending->instruction = in;
+  pending->posted = Clock::now();
   for (size_t i = 0; i < specs.size(); ++i) {
     if (gradient && !is_floating(specs[i].dtype)) {
       pending->buffers.emplace_back();  // an integer tensor has no gradient
@@ -155,7 +160,12 @@ TensorList Executor::take_receive(const Instruction& in) {
   auto it = receives_.find({static_cast<int>(in.op), in.micro_batch});
   STRATA_CHECK(it != receives_.end()) << "executor: " << describe(in) << " was never posted";
   const std::string what = describe(in);
-  for (auto& r : it->second->requests) r->wait(comms_.pipe->timeout(), what);
+  PendingRecv& pending = *it->second;
+  for (auto& r : pending.requests) r->wait(comms_.pipe->timeout(), what);
+  if (trace_ != nullptr && !pending.complete) {
+    trace_->record_transfer(in, range_.stage + (in.op == OpCode::kRecvGrad ? 1 : -1),
+                            pending.posted, Clock::now());
+  }
   TensorList buffers = std::move(it->second->buffers);
   receives_.erase(it);
   return buffers;
@@ -166,6 +176,8 @@ void Executor::send(OpCode op, int64_t mb, const TensorList& tensors) {
   const int peer = gradient ? range_.stage - 1 : range_.stage + 1;
   PendingSend pending;
   pending.what = describe(Instruction{op, mb});
+  pending.instruction = Instruction{op, mb};
+  pending.posted = Clock::now();
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) continue;  // no gradient for an integer input
     const Tensor t = tensors[i].contiguous();
@@ -173,11 +185,32 @@ void Executor::send(OpCode op, int64_t mb, const TensorList& tensors) {
     pending.tensors.push_back(t);
   }
   sends_.push_back(std::move(pending));
+}
+
+void Executor::poll_transfers() {
+  const int down = range_.stage + 1, up = range_.stage - 1;
+  for (auto& [key, pending] : receives_) {
+    if (pending->complete) continue;
+    bool done = true;
+    for (auto& r : pending->requests) done = r->test() && done;
+    if (!done) continue;
+    pending->complete = true;
+    if (trace_ != nullptr) {
+      const bool gradient = pending->instruction.op == OpCode::kRecvGrad;
+      trace_->record_transfer(pending->instruction, gradient ? down : up, pending->posted,
+                              Clock::now());
+    }
+  }
   // Free the buffers of sends that have completed.
   sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
-                              [](PendingSend& s) {
+                              [&](PendingSend& s) {
                                 for (auto& r : s.requests) {
                                   if (!r->test()) return false;
+                                }
+                                if (trace_ != nullptr) {
+                                  const bool gradient = s.instruction.op == OpCode::kSendGrad;
+                                  trace_->record_transfer(s.instruction, gradient ? up : down,
+                                                          s.posted, Clock::now());
                                 }
                                 return true;
                               }),
@@ -187,6 +220,10 @@ void Executor::send(OpCode op, int64_t mb, const TensorList& tensors) {
 void Executor::drain_sends() {
   for (PendingSend& s : sends_) {
     for (auto& r : s.requests) r->wait(comms_.pipe->timeout(), s.what + " (send completion)");
+    if (trace_ != nullptr) {
+      const int peer = s.instruction.op == OpCode::kSendGrad ? range_.stage - 1 : range_.stage + 1;
+      trace_->record_transfer(s.instruction, peer, s.posted, Clock::now());
+    }
   }
   sends_.clear();
 }
@@ -268,6 +305,7 @@ void Executor::backward(int64_t mb) {
 }
 
 void Executor::reduce_gradients() {
+  const auto start = Clock::now();
   if (comms_.tied != nullptr) {
     for (const Tensor& g : tied_grads_) {
       auto r = comms_.tied->all_reduce(g);
@@ -280,6 +318,7 @@ void Executor::reduce_gradients() {
     r->wait(comms_.dp->timeout(),
             "ReduceGrads (data-parallel groups) on stage " + std::to_string(range_.stage));
   }
+  collective_seconds_ += seconds_since(start);
 }
 
 void Executor::optimizer_step(StepStats* stats) {
@@ -293,10 +332,12 @@ void Executor::optimizer_step(StepStats* stats) {
   graph::Optimizer::GlobalSum global_sum;
   if (comms_.pipe != nullptr && comms_.pipe->size() > 1) {
     global_sum = [this](double local) {
+      const auto start = Clock::now();
       Tensor t = Tensor::full({1}, local, DType::kF64);
       auto r = comms_.pipe->all_reduce(t);
       r->wait(comms_.pipe->timeout(),
               "OptimizerStep (gradient norm) on stage " + std::to_string(range_.stage));
+      collective_seconds_ += seconds_since(start);
       return t.item<double>();
     };
   }
@@ -310,6 +351,7 @@ void Executor::optimizer_step(StepStats* stats) {
 
 void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStats* stats) {
   const auto start = Clock::now();
+  const double collective_before = collective_seconds_;
   switch (in.op) {
     case OpCode::kRecvAct:
       state(in.micro_batch).inputs = take_receive(in);
@@ -342,7 +384,8 @@ void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStat
       optimizer_step(stats);
       break;
   }
-  const double seconds = seconds_since(start);
+  // Time blocked in a collective waits for the other ranks: it is not work.
+  const double seconds = seconds_since(start) - (collective_seconds_ - collective_before);
   if (is_compute(in.op)) stats->busy_seconds += seconds;
   if (trace_ != nullptr) trace_->record(in, start, Clock::now());
 }
@@ -351,8 +394,12 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
   const auto start = Clock::now();
   StepStats stats;
   for (size_t i = 0; i < program.size(); ++i) {
-    if (range_.stages > 1) post_receives(program, i, source);
+    if (range_.stages > 1) {
+      post_receives(program, i, source);
+      poll_transfers();  // a transfer seen in flight here was in flight when the instruction began
+    }
     execute(program[i], source, &stats);
+    if (range_.stages > 1) poll_transfers();
   }
   stats.wall_seconds = seconds_since(start);
   return stats;
@@ -388,6 +435,7 @@ StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& sou
       execute(in, source, &stats);
       if (in.op == OpCode::kSendAct) in_flight_.erase(in.micro_batch);
     }
+    if (range_.stages > 1) poll_transfers();
   }
   stats.wall_seconds = seconds_since(start);
   return stats;

@@ -4,10 +4,13 @@
 // the per-micro-batch state (tapes, received activations and gradients, the last stage's loss
 // gradient), posts receives a few instructions ahead so that transfers overlap compute, keeps
 // every send alive until it completes, and waits with the communicator's timeout, naming the
-// instruction it waits for. On the last stage Forward also computes the loss: cross-entropy of
-// the micro-batch divided by the normalizer of its optimizer step (the number of counted targets
-// in the global batch), so that the micro-batch gradients add up to the gradient of the global
-// mean, whatever the number of micro-batches and groups.
+// instruction it waits for. With a trace, every transfer is recorded as a span from the moment
+// it is posted to the moment the executor sees it complete (it tests the pending requests
+// between instructions, so the span's end is an upper bound), beside the instructions, so the
+// trace shows whether transfers ran while the stage computed. On the last stage Forward also
+// computes the loss: cross-entropy of the micro-batch divided by the normalizer of its optimizer
+// step (the number of counted targets in the global batch), so that the micro-batch gradients add
+// up to the gradient of the global mean, whatever the number of micro-batches and groups.
 //
 // The asynchronous schedule (async-1f1b) updates the weights after every backward. A micro-batch
 // whose forward saw an older version of the weights runs its backward on that version: the
@@ -76,7 +79,9 @@ struct StepStats {
   double lr = 0.0;
   double grad_norm = 0.0;  // global (all stages) norm before clipping, at the last update
   int64_t optimizer_steps = 0;
-  double busy_seconds = 0.0;  // Forward, Backward, ReduceGrads, OptimizerStep
+  // Forward, Backward, ReduceGrads, OptimizerStep, less the time they block in collectives (the
+  // all-reduces of gradients and of the global gradient norm wait for the other ranks).
+  double busy_seconds = 0.0;
   double wall_seconds = 0.0;  // the whole program, waits included
 };
 
@@ -124,6 +129,9 @@ class Executor {
   void reduce_gradients();
   void optimizer_step(StepStats* stats);
   void drain_sends();
+  // Tests the pending receives and sends: frees the buffers of completed sends and records the
+  // transfers that completed since the last call (trace).
+  void poll_transfers();
   std::string describe(const Instruction& in) const;
   InFlight& state(int64_t mb);
 
@@ -136,6 +144,7 @@ class Executor {
   Trace* trace_;
   graph::Optimizer optimizer_;
   int64_t optimizer_steps_ = 0;
+  double collective_seconds_ = 0.0;  // blocked in collectives, since construction
 
   std::map<int64_t, std::unique_ptr<InFlight>> in_flight_;
   std::map<std::pair<int, int64_t>, std::unique_ptr<PendingRecv>> receives_;  // (op, mb)
@@ -143,6 +152,8 @@ class Executor {
     TensorList tensors;  // kept alive until the sends complete
     std::vector<std::unique_ptr<Request>> requests;
     std::string what;
+    Instruction instruction;
+    std::chrono::steady_clock::time_point posted;
   };
   std::vector<PendingSend> sends_;
   // Weight stashing (async-1f1b): versions still needed by micro-batches in flight.

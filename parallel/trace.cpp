@@ -36,6 +36,14 @@ void Trace::record(const Instruction& instruction, std::chrono::steady_clock::ti
                      micros(start), micros(end) - micros(start)});
 }
 
+void Trace::record_transfer(const Instruction& instruction, int peer,
+                            std::chrono::steady_clock::time_point posted,
+                            std::chrono::steady_clock::time_point completed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.push_back({opcode_name(instruction.op), instruction.micro_batch, 2, micros(posted),
+                     micros(completed) - micros(posted), peer});
+}
+
 void Trace::record_span(const std::string& name, std::chrono::steady_clock::time_point start,
                         std::chrono::steady_clock::time_point end) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -71,17 +79,24 @@ std::string Trace::events_json() const {
           {"pid", rank_},
           {"tid", 1},
           {"args", {{"name", "comm"}}}});
+  append({{"ph", "M"},
+          {"name", "thread_name"},
+          {"pid", rank_},
+          {"tid", 2},
+          {"args", {{"name", "transfers"}}}});
   for (const Event& e : events_) {
     std::string name = e.name;
     if (e.micro_batch >= 0) name += " " + std::to_string(e.micro_batch);
+    static const char* const kCategory[] = {"compute", "comm", "transfer"};
     nlohmann::json j{{"ph", "X"},
                      {"name", name},
                      {"pid", rank_},
                      {"tid", e.lane},
                      {"ts", e.start_us},
                      {"dur", e.duration_us},
-                     {"cat", e.lane == 0 ? "compute" : "comm"}};
+                     {"cat", kCategory[e.lane]}};
     if (e.micro_batch >= 0) j["args"] = {{"micro_batch", e.micro_batch}, {"stage", stage_}};
+    if (e.peer >= 0) j["args"]["peer"] = e.peer;
     append(j);
   }
   return out;

@@ -1,7 +1,10 @@
 // Timeline of every instruction on every rank, written as a Chrome trace (JSON "traceEvents",
 // viewable in Perfetto or chrome://tracing): one process per rank, a "compute" thread for
-// Forward/Backward/ReduceGrads/OptimizerStep and a "comm" thread for sends and receives, each
-// event named by its instruction and carrying the micro-batch id.
+// Forward/Backward/ReduceGrads/OptimizerStep, a "comm" thread for the send and receive
+// instructions (posting a send; waiting for a receive), and a "transfers" thread with one span
+// per message from its posting to its completion (category "transfer", args: micro_batch, stage,
+// peer), each event named by its instruction and carrying the micro-batch id. A transfer span
+// that overlaps a compute event shows communication hidden behind compute.
 #pragma once
 
 #include <chrono>
@@ -19,6 +22,11 @@ class Trace {
   Trace(int rank, int group, int stage);
   void record(const Instruction& instruction, std::chrono::steady_clock::time_point start,
               std::chrono::steady_clock::time_point end);
+  // A message of a send or receive instruction in flight, from posting to completion; `peer` is
+  // the other stage.
+  void record_transfer(const Instruction& instruction, int peer,
+                       std::chrono::steady_clock::time_point posted,
+                       std::chrono::steady_clock::time_point completed);
   // A named span that is not an instruction (an evaluation, a data wait).
   void record_span(const std::string& name, std::chrono::steady_clock::time_point start,
                    std::chrono::steady_clock::time_point end);
@@ -33,8 +41,9 @@ class Trace {
   struct Event {
     std::string name;
     int64_t micro_batch;
-    int lane;  // 0 compute, 1 communication
+    int lane;  // 0 compute, 1 communication instructions, 2 transfers
     double start_us, duration_us;
+    int peer = -1;  // transfers: the other stage
   };
   double micros(std::chrono::steady_clock::time_point t) const;
 

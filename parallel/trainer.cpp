@@ -93,6 +93,14 @@ Trainer::Trainer(ExecContext& ctx, const proto::ModelSpec& spec,
                  std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
                  const TrainConfig& config, const PipelineConfig& pipeline, Communicator* world,
                  TrainObserver* observer)
+    : Trainer(
+          ctx, [&spec] { return graph::build_model(spec); }, std::move(train), std::move(test),
+          config, pipeline, world, observer) {}
+
+Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
+                 std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
+                 const TrainConfig& config, const PipelineConfig& pipeline, Communicator* world,
+                 TrainObserver* observer)
     : ctx_(ctx),
       train_(std::move(train)),
       test_(std::move(test)),
@@ -117,7 +125,8 @@ Trainer::Trainer(ExecContext& ctx, const proto::ModelSpec& spec,
   rank_ = world != nullptr ? world->rank() : 0;
   stage_ = rank_ % S;
   group_ = rank_ / S;
-  model_ = graph::build_model(spec);
+  model_ = build();
+  STRATA_CHECK(model_ != nullptr && model_->size() > 0) << "Trainer: the model has no layers";
   if (pipeline_.partition.empty()) {
     STRATA_CHECK_EQ(S, 1) << "a pipeline of " << S << " stages needs a partition";
     pipeline_.partition = {{0, model_->size()}};
@@ -280,10 +289,11 @@ TrainSummary Trainer::run() {
     if (sync) executor.finish();
     source.release_before(sync ? step + 1 : std::max<int64_t>(0, step - 1));
     report.busy_seconds += stats.busy_seconds;
-    report.wall_seconds += stats.wall_seconds;
     // Loss and counts from the last stages; samples from the loader's arithmetic.
     std::vector<double> m{stats.loss, static_cast<double>(stats.counted)};
     world_sum(world_, &m, "step metrics");
+    // The step ends for every rank when the last one is done (the sum above waited for it).
+    report.wall_seconds += seconds_since(step_start);
     // Async: M updates per segment, each loss the mean of its micro-batch over the groups.
     const double loss = sync ? m[0] : m[0] / static_cast<double>(M);
     STRATA_CHECK(std::isfinite(loss))

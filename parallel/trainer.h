@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,7 +89,11 @@ struct StageReport {
   int rank = 0, group = 0, stage = 0;
   size_t first_layer = 0, end_layer = 0;
   double busy_seconds = 0.0;  // compute instructions
-  double wall_seconds = 0.0;  // inside the schedule's programs
+  // From the start of each step's program to the end of the step on every rank (the step's
+  // metrics are summed over the world, which waits for the last rank): the same makespan for
+  // every rank, as in the schedule's simulation, so a rank that finishes its part of a step early
+  // counts the rest of the step as idle.
+  double wall_seconds = 0.0;
   double idle_fraction() const { return wall_seconds > 0 ? 1.0 - busy_seconds / wall_seconds : 0; }
 };
 
@@ -107,9 +112,14 @@ struct TrainSummary {
   double wall_seconds = 0.0;
   std::optional<EvalRecord> last_eval;
   std::vector<StageReport> stages;  // rank 0: every rank's; others: their own
-  double measured_bubble = 0.0;     // mean idle fraction over the ranks (rank 0)
+  // Mean idle fraction over the ranks: idle time / (ranks x makespan), the definition of
+  // theoretical_bubble_fraction (parallel/schedule/schedule.h).
+  double measured_bubble = 0.0;
   double theoretical_bubble = 0.0;  // the schedule's ideal idle fraction
 };
+
+// Makes the whole model (every rank builds it and keeps its stage's layers' parameters).
+using ModelBuilder = std::function<std::unique_ptr<graph::Model>()>;
 
 class Trainer {
  public:
@@ -119,6 +129,11 @@ class Trainer {
   // groups * stages ranks; null for a single process. `test` may be null (no evaluation).
   // `observer` is called on world rank 0 only. The context's allocator holds the stage.
   Trainer(ExecContext& ctx, const proto::ModelSpec& spec, std::shared_ptr<const io::Dataset> train,
+          std::shared_ptr<const io::Dataset> test, const TrainConfig& config,
+          const PipelineConfig& pipeline, Communicator* world, TrainObserver* observer);
+  // The same for a model made in C++ (layers that no ModelSpec names: a program's own layers).
+  // `build` must give every rank the same model.
+  Trainer(ExecContext& ctx, const ModelBuilder& build, std::shared_ptr<const io::Dataset> train,
           std::shared_ptr<const io::Dataset> test, const TrainConfig& config,
           const PipelineConfig& pipeline, Communicator* world, TrainObserver* observer);
   ~Trainer();

@@ -17,82 +17,24 @@
 #include "io/data_loader.h"
 #include "io/dataset.h"
 #include "models/registry.h"
+#include "ops/cross_entropy.h"
 #include "ops/matmul.h"
+#include "ops/optimizer.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/executor.h"
 #include "parallel/trainer.h"
+#include "pipeline_testing.h"
 #include "testing/testing.h"
 
 namespace strata::parallel {
 namespace {
 
-// A learnable synthetic classification set: the class is the argmax of a fixed linear map.
-class LinearClasses final : public io::Dataset {
- public:
-  LinearClasses(int64_t n, int64_t features, int64_t classes)
-      : n_(n),
-        features_(features),
-        classes_(classes),
-        x_(testing::random_tensor({n, features}, 11, -1, 1, DType::kF32)),
-        w_(testing::random_tensor({classes, features}, 12, -1, 1, DType::kF64)) {}
-  std::string name() const override { return "linear-classes"; }
-  int64_t size() const override { return n_; }
-  io::SampleSpec input_spec() const override { return {{features_}, DType::kF32}; }
-  io::SampleSpec target_spec() const override { return {{}, DType::kI64}; }
-  int64_t num_classes() const override { return classes_; }
-  void get(int64_t i, void* input, void* target) const override {
-    const float* x = x_.data<float>() + i * features_;
-    std::copy(x, x + features_, static_cast<float*>(input));
-    const double* w = w_.data<double>();
-    int64_t best = 0;
-    double best_v = -1e300;
-    for (int64_t c = 0; c < classes_; ++c) {
-      double v = 0;
-      for (int64_t f = 0; f < features_; ++f) v += w[c * features_ + f] * x[f];
-      if (v > best_v) best_v = v, best = c;
-    }
-    *static_cast<int64_t*>(target) = best;
-  }
-
- private:
-  int64_t n_, features_, classes_;
-  Tensor x_, w_;
-};
-
-// Four linear layers with ReLUs: eight layers to cut into up to four stages.
-proto::ModelSpec mlp_spec() {
-  return graph::parse_model_spec(R"(
-    name: "mlp4"
-    input { shape: [12] }
-    layer { name: "fc1" type: "linear" linear { out_features: 16 } }
-    layer { name: "relu1" type: "relu" }
-    layer { name: "fc2" type: "linear" linear { out_features: 16 } }
-    layer { name: "relu2" type: "relu" }
-    layer { name: "fc3" type: "linear" linear { out_features: 16 } }
-    layer { name: "relu3" type: "relu" }
-    layer { name: "fc4" type: "linear" linear { out_features: 16 } }
-    layer { name: "fc5" type: "linear" linear { out_features: 5 } }
-  )",
-                                 "mlp4");
-}
-
-std::vector<std::pair<size_t, size_t>> even_partition(size_t layers, int stages) {
-  std::vector<std::pair<size_t, size_t>> p;
-  for (int s = 0; s < stages; ++s) p.push_back({layers * s / stages, layers * (s + 1) / stages});
-  return p;
-}
-
-TrainConfig train_config(int64_t steps) {
-  TrainConfig c;
-  c.steps = steps;
-  c.batch_size = 32;
-  c.seed = 7;
-  c.num_workers = 0;
-  c.optimizer.kind = graph::OptimizerKind::kSgd;
-  c.optimizer.momentum = 0.9;
-  c.optimizer.schedule.base_lr = 0.05;
-  return c;
-}
+using testing::even_partition;
+using testing::layout;
+using testing::LinearClasses;
+using testing::mlp_spec;
+using testing::same_weights;
+using testing::train_config;
 
 // Weights by "layer.param" after training in the given layout (collected from every stage).
 std::map<std::string, std::vector<float>> train(const PipelineConfig& pipeline, int64_t steps,
@@ -122,34 +64,6 @@ std::map<std::string, std::vector<float>> train(const PipelineConfig& pipeline, 
     run_local_ranks(world, [&](LocalCommunicator& comm) { body(&comm); });
   }
   return weights;
-}
-
-::testing::AssertionResult same_weights(const std::map<std::string, std::vector<float>>& a,
-                                        const std::map<std::string, std::vector<float>>& b,
-                                        double tolerance) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "different parameter sets";
-  double worst = 0;
-  std::string where;
-  for (const auto& [name, va] : a) {
-    const auto it = b.find(name);
-    if (it == b.end()) return ::testing::AssertionFailure() << name << " missing";
-    for (size_t i = 0; i < va.size(); ++i) {
-      const double d = std::fabs(va[i] - it->second[i]);
-      if (!(d <= worst)) worst = d, where = name + "[" + std::to_string(i) + "]";
-    }
-  }
-  if (worst <= tolerance) return ::testing::AssertionSuccess() << "max |diff| " << worst;
-  return ::testing::AssertionFailure() << "max |diff| " << worst << " at " << where;
-}
-
-PipelineConfig layout(int stages, int groups, int64_t micro_batches, ScheduleKind kind) {
-  PipelineConfig p;
-  p.stages = stages;
-  p.groups = groups;
-  p.micro_batches = micro_batches;
-  p.schedule = kind;
-  p.partition = even_partition(8, stages);
-  return p;
 }
 
 TEST(Pipeline, SynchronousLayoutsMatchTheSingleProcess) {
@@ -230,10 +144,11 @@ class FixedSource final : public MicroBatchSource {
  public:
   Info info(int64_t mb) override { return {mb, 0, 4, 4.0}; }
   TensorList input(int64_t mb) override {
-    return {testing::random_tensor({4, 6}, 100 + static_cast<uint64_t>(mb), -1, 1, DType::kF32)};
+    return {strata::testing::random_tensor({4, 6}, 100 + static_cast<uint64_t>(mb), -1, 1,
+                                           DType::kF32)};
   }
   Tensor target(int64_t mb) override {
-    return testing::random_ids({4}, 3, 200 + static_cast<uint64_t>(mb));
+    return strata::testing::random_ids({4}, 3, 200 + static_cast<uint64_t>(mb));
   }
 };
 
@@ -445,6 +360,301 @@ TEST(Pipeline, IntegerTensorsCrossStagesWithoutGradients) {
   EXPECT_EQ(piped["mlm_head.decoder.weight"], piped["embeddings.word_embeddings.weight"]);
   piped.erase("mlm_head.decoder.weight");
   EXPECT_TRUE(same_weights(piped, single, 1e-6));
+}
+
+}  // namespace
+}  // namespace strata::parallel
+
+// ---- Asynchronous 1F1B against a one-process replay of its weight-version rule ----------------
+
+namespace strata::parallel {
+namespace {
+
+// The model of the replay test: per stage a linear layer and a ReLU (the last stage: a linear
+// layer to 3 classes), cut at the ReLUs.
+constexpr int kReplayStages = 4;
+
+std::unique_ptr<graph::Model> replay_model() {
+  auto model = std::make_unique<graph::Model>("replay", Shape{6});
+  for (int s = 0; s < kReplayStages; ++s) {
+    const std::string i = std::to_string(s);
+    const bool last = s == kReplayStages - 1;
+    model->add(std::make_unique<graph::LinearLayer>("fc" + i, s == 0 ? 6 : 8, last ? 3 : 8, true));
+    if (!last) model->add(std::make_unique<graph::ReluLayer>("relu" + i));
+  }
+  return model;
+}
+
+std::pair<size_t, size_t> replay_range(int s) {
+  return {static_cast<size_t>(2 * s),
+          static_cast<size_t>(s == kReplayStages - 1 ? 2 * s + 1 : 2 * s + 2)};
+}
+
+constexpr uint64_t kReplaySeed = 3;
+constexpr double kReplayLr = 0.1;
+
+graph::OptimizerConfig plain_sgd() {
+  graph::OptimizerConfig c;
+  c.kind = graph::OptimizerKind::kSgd;
+  c.momentum = 0.0;
+  c.schedule.base_lr = kReplayLr;
+  return c;
+}
+
+// versions[s][m]: the number of OptimizerStep instructions before Forward(m) in stage s's
+// program, i.e. the weight version micro-batch m sees on stage s.
+std::vector<std::vector<int64_t>> forward_versions(const Schedule& schedule) {
+  std::vector<std::vector<int64_t>> versions;
+  for (const Program& program : schedule.programs) {
+    std::vector<int64_t> v(static_cast<size_t>(schedule.micro_batches), -1);
+    int64_t updates = 0;
+    for (const Instruction& in : program) {
+      if (in.op == OpCode::kOptimizerStep) ++updates;
+      if (in.op == OpCode::kForward) v[static_cast<size_t>(in.micro_batch)] = updates;
+    }
+    versions.push_back(v);
+  }
+  return versions;
+}
+
+// One process, no executor: per stage the weight versions W_s[0..N]. Micro-batch m runs forward
+// through every stage s on W_s[versions[s][m]], its loss, backward on the same weights, and then
+// W_s[m + 1] = SGD(W_s[m], its gradient). Returns every stage's W_s[N].
+testing::Weights replay(const std::vector<std::vector<int64_t>>& versions, int64_t n,
+                        MicroBatchSource& source) {
+  ExecContext ctx(Device::cpu(), nullptr, 1);
+  auto model = replay_model();
+  std::vector<std::unique_ptr<graph::ParamStore>> stores;
+  std::vector<std::vector<Tensor>> w(kReplayStages);  // w[s][version]
+  for (int s = 0; s < kReplayStages; ++s) {
+    const auto [b, e] = replay_range(s);
+    stores.push_back(std::make_unique<graph::ParamStore>(*model, b, e, ctx.allocator()));
+    stores[s]->initialize(kReplaySeed);
+    w[s].push_back(stores[s]->params().clone());
+  }
+  ops::SgdOptions sgd;
+  sgd.lr = kReplayLr;
+  for (int64_t m = 0; m < n; ++m) {
+    const MicroBatchSource::Info info = source.info(m);
+    graph::ForwardOptions options;
+    options.step = info.step;
+    options.sample_offset = info.sample_offset;
+    std::vector<Tape> tapes(kReplayStages);
+    TensorList x = source.input(m);
+    for (int s = 0; s < kReplayStages; ++s) {
+      const int64_t v = versions[s][static_cast<size_t>(m)];
+      stores[s]->params().copy_from(w[s][static_cast<size_t>(v)]);
+      options.weight_version = static_cast<uint64_t>(v);
+      const auto [b, e] = replay_range(s);
+      x = model->forward(ctx, b, e, x, tapes[s], options);
+    }
+    ops::CrossEntropyOptions loss;
+    loss.normalizer = info.loss_normalizer;
+    const Tensor target = source.target(m);
+    TensorList g{ops::cross_entropy_backward(ctx, x[0], target, loss, 1.0)};
+    for (int s = kReplayStages - 1; s >= 0; --s) {
+      const auto [b, e] = replay_range(s);
+      stores[s]->zero_grads();
+      g = model->backward(ctx, b, e, g, tapes[s]);  // on W_s[v_s(m)], still in the store
+    }
+    for (int s = 0; s < kReplayStages; ++s) {
+      stores[s]->params().copy_from(w[s][static_cast<size_t>(m)]);
+      for (size_t i = 0; i < stores[s]->param_entries().size(); ++i) {
+        ops::sgd_step(ctx, stores[s]->param(i), stores[s]->grad(i), Tensor(), sgd, m + 1);
+      }
+      w[s].push_back(stores[s]->params().clone());
+    }
+  }
+  testing::Weights out;
+  for (int s = 0; s < kReplayStages; ++s) {
+    stores[s]->params().copy_from(w[s].back());
+    for (auto& [name, v] : testing::store_weights(*stores[s])) out[name] = v;
+  }
+  return out;
+}
+
+TEST(Pipeline, AsyncMatchesAOneProcessReplayOfItsWeightVersions) {
+  const int S = kReplayStages;
+  const int64_t N = 16;
+  const Schedule schedule = make_schedule(ScheduleKind::kAsync1F1B, S, N);
+  ASSERT_TRUE(check_schedule(schedule).ok) << check_schedule(schedule).error;
+  const auto versions = forward_versions(schedule);
+
+  // PipeDream's rule, derived from the program: stage s runs w = S - s warm-up forwards, then
+  // B(j) OptimizerStep F(j + w) for every j, so Forward(m) follows the updates of micro-batches
+  // 0 .. m - (S - s): v_s(m) = max(0, m - (S - s) + 1). Stage s misses the S - s - 1 newest
+  // updates; the last stage is never stale.
+  for (int s = 0; s < S; ++s) {
+    for (int64_t m = 0; m < N; ++m) {
+      EXPECT_EQ(versions[s][m], std::max<int64_t>(0, m - (S - s) + 1))
+          << "stage " << s << ", micro-batch " << m;
+    }
+  }
+
+  // The executor on S local ranks.
+  testing::Weights piped;
+  std::mutex mutex;
+  LocalWorld world(S);
+  run_local_ranks(world, [&](LocalCommunicator& comm) {
+    const int s = comm.rank();
+    auto model = replay_model();
+    ExecContext ctx(Device::cpu(), nullptr, 1);
+    const auto [b, e] = replay_range(s);
+    graph::ParamStore store(*model, b, e, ctx.allocator());
+    store.initialize(kReplaySeed);
+    ExecutorConfig config;
+    config.kind = ScheduleKind::kAsync1F1B;
+    config.optimizer = plain_sgd();
+    StageComms comms;
+    comms.pipe = &comm;
+    Executor executor(ctx, *model, store, {s, S, b, e}, comms, config);
+    FixedSource source;
+    executor.run(schedule.programs[s], source);
+    executor.finish();
+    EXPECT_EQ(executor.optimizer_steps(), N) << "stage " << s;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& [name, v] : testing::store_weights(store)) piped[name] = v;
+  });
+
+  FixedSource source;
+  // Bit for bit: the replay runs the same ops on the same operands in the same order (one
+  // thread each), only scheduled differently.
+  EXPECT_TRUE(same_weights(piped, replay(versions, N, source), 0.0));
+  // The comparison tells the versions apart: replaying with fresh weights (v_s(m) = m, no
+  // staleness) ends elsewhere.
+  std::vector<std::vector<int64_t>> fresh(S);
+  for (int s = 0; s < S; ++s) {
+    for (int64_t m = 0; m < N; ++m) fresh[s].push_back(m);
+  }
+  EXPECT_FALSE(same_weights(piped, replay(fresh, N, source), 1e-5));
+}
+
+// ---- Bubble and overlap with stages of a fixed duration ---------------------------------------
+
+// A linear layer that takes a fixed time whatever the machine: forward lasts `forward` (it
+// sleeps for what its matrix product left), backward twice that, as the ideal pipeline assumes.
+class TimedLinear final : public graph::Layer {
+ public:
+  TimedLinear(std::string name, int64_t in, int64_t out, std::chrono::microseconds forward)
+      : Layer(name), linear_(name, in, out, true), forward_(forward) {}
+  const char* type() const override { return "timed_linear"; }
+  std::vector<graph::ParamSpec> param_specs() const override { return linear_.param_specs(); }
+  Shape output_shape(const Shape& in) const override { return linear_.output_shape(in); }
+  TensorList forward(ExecContext& ctx, const TensorList& in, LayerTape& tape) override {
+    const auto start = std::chrono::steady_clock::now();
+    tape.save(in[0]);
+    TensorList out{ops::linear_forward(ctx, in[0], param(0), param(1))};
+    std::this_thread::sleep_until(start + forward_);
+    return out;
+  }
+  TensorList backward(ExecContext& ctx, const TensorList& g, LayerTape& tape) override {
+    const auto start = std::chrono::steady_clock::now();
+    TensorList out{ops::linear_backward(ctx, g[0], tape.at(0), param(0), grad(0), grad(1),
+                                        tape.needs_input_grad)};
+    std::this_thread::sleep_until(start + 2 * forward_);
+    return out;
+  }
+
+ private:
+  graph::LinearLayer linear_;
+  std::chrono::microseconds forward_;
+};
+
+constexpr auto kStageForward = std::chrono::milliseconds(10);
+
+// S balanced stages of one TimedLinear each, trained for `steps` steps of M micro-batches of 4.
+TrainSummary timed_run(int S, int64_t M, ScheduleKind kind, int64_t steps,
+                       const std::string& trace_path = "") {
+  auto data = std::make_shared<LinearClasses>(512, 12, 5);
+  auto build = [S] {
+    auto model = std::make_unique<graph::Model>("timed", Shape{12});
+    for (int s = 0; s < S; ++s) {
+      model->add(std::make_unique<TimedLinear>("fc" + std::to_string(s), 12, s == S - 1 ? 5 : 12,
+                                               kStageForward));
+    }
+    return model;
+  };
+  TrainConfig config = train_config(steps);
+  config.batch_size = 4 * M;
+  PipelineConfig pipeline = layout(S, 1, M, kind);
+  pipeline.partition = even_partition(static_cast<size_t>(S), S);
+  pipeline.trace_path = trace_path;
+  TrainSummary summary;
+  LocalWorld world(S);
+  run_local_ranks(world, [&](LocalCommunicator& comm) {
+    ExecContext ctx(Device::cpu(), nullptr, 1);
+    Trainer trainer(ctx, build, data, nullptr, config, pipeline, &comm, nullptr);
+    const TrainSummary s = trainer.run();
+    if (comm.rank() == 0) summary = s;
+  });
+  return summary;
+}
+
+TEST(Pipeline, MeasuredBubbleOfBalancedStagesMatchesTheory) {
+  // Stage times are sleeps, so the bubble does not depend on the cores; 5 points of margin
+  // cover the work around the sleeps (messages, loading, updates) and late wake-ups on a loaded
+  // machine (a few ms now and then, hence stages of 10 ms rather than 5).
+  for (const int S : {2, 4}) {
+    for (const int64_t M : {4, 8}) {
+      const TrainSummary summary = timed_run(S, M, ScheduleKind::kGPipe, 3);
+      const double theory = static_cast<double>(S - 1) / static_cast<double>(M + S - 1);
+      EXPECT_DOUBLE_EQ(summary.theoretical_bubble, theory);
+      EXPECT_NEAR(summary.measured_bubble, theory, 0.05) << "gpipe, S " << S << ", M " << M;
+    }
+  }
+}
+
+// Per rank, the longest overlap of a transfer span with a Forward or Backward event, and the
+// number of transfer spans.
+struct RankOverlap {
+  double longest_us = 0.0;
+  int transfers = 0;
+};
+
+std::map<int, RankOverlap> transfer_overlaps(const nlohmann::json& trace) {
+  struct Span {
+    double begin, end;
+  };
+  std::map<int, std::vector<Span>> compute, transfers;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string name = e["name"];
+    const Span span{e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+    const int pid = e["pid"];
+    if (e["cat"] == "transfer") transfers[pid].push_back(span);
+    if (name.rfind("Forward", 0) == 0 || name.rfind("Backward", 0) == 0) {
+      compute[pid].push_back(span);
+    }
+  }
+  std::map<int, RankOverlap> out;
+  for (const auto& [pid, spans] : transfers) {
+    RankOverlap& r = out[pid];
+    r.transfers = static_cast<int>(spans.size());
+    for (const Span& t : spans) {
+      for (const Span& c : compute[pid]) {
+        r.longest_us = std::max(r.longest_us, std::min(t.end, c.end) - std::max(t.begin, c.begin));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Pipeline, TraceShowsTransfersOverlappingCompute) {
+  const std::string path = ::testing::TempDir() + "/pipeline_overlap_trace.json";
+  const int S = 2;
+  const int64_t M = 4, steps = 2;
+  timed_run(S, M, ScheduleKind::kGPipe, steps, path);
+  std::ifstream in(path);
+  const auto overlaps = transfer_overlaps(nlohmann::json::parse(in));
+  ASSERT_EQ(overlaps.size(), static_cast<size_t>(S)) << "ranks with transfers in the trace";
+  const double forward_us = std::chrono::duration<double, std::micro>(kStageForward).count();
+  for (const auto& [rank, o] : overlaps) {
+    // Each rank sends M messages and receives M per step (activations or gradients).
+    EXPECT_EQ(o.transfers, 2 * M * steps) << "rank " << rank;
+    // A receive posted ahead is in flight while the rank computes the micro-batch before it.
+    EXPECT_GT(o.longest_us, 0.5 * forward_us)
+        << "rank " << rank << ": no transfer overlaps a Forward or Backward by half a forward";
+  }
 }
 
 }  // namespace
