@@ -70,7 +70,8 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
       comms_(comms),
       config_(config),
       trace_(trace),
-      optimizer_(store, config.optimizer) {
+      optimizer_(store, config.optimizer),
+      optimizer_steps_(config.first_step) {
   STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
       << "executor: stage " << range.stage << " of " << range.stages;
   STRATA_CHECK(range.begin < range.end && range.end <= model.size())
@@ -306,6 +307,10 @@ void Executor::optimizer_step(StepStats* stats) {
   stats->lr = info.lr;
   stats->grad_norm = info.grad_norm;
   ++stats->optimizer_steps;
+  if (info.skipped) {
+    ++stats->skipped_steps;
+    stats->first_non_finite = info.first_non_finite;
+  }
 }
 
 void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStats* stats) {

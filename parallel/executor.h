@@ -62,7 +62,8 @@ struct ExecutorConfig {
   uint64_t seed = 0;
   ops::CrossEntropyOptions loss;
   graph::OptimizerConfig optimizer;
-  int lookahead = 4;  // instructions ahead whose receives are posted early
+  int lookahead = 4;       // instructions ahead whose receives are posted early
+  int64_t first_step = 0;  // optimizer steps already done (a resumed run): the LR schedule's step
 };
 
 struct StepStats {
@@ -76,6 +77,10 @@ struct StepStats {
   double lr = 0.0;
   double grad_norm = 0.0;  // global (all stages) norm before clipping, at the last update
   int64_t optimizer_steps = 0;
+  // Updates skipped for a non-finite gradient (graph::OptimizerConfig::skip_non_finite), and the
+  // first parameter of this stage with one at the last of them (empty: finite here).
+  int64_t skipped_steps = 0;
+  std::string first_non_finite;
   double busy_seconds = 0.0;  // Forward, Backward, ReduceGrads, OptimizerStep
   double wall_seconds = 0.0;  // the whole program, waits included
 };
