@@ -196,10 +196,12 @@ void Trainer::resume() {
   samples_before_ = m.run().samples_seen();
   resumed_from_ = ref->path;
   if (rank_ != 0) return;
-  STRATA_LOG(INFO) << "resumed from " << ref->path << ": step " << m.step() << ", epoch "
-                   << m.run().epoch() << " batch " << m.run().step_in_epoch()
-                   << " (written by G=" << m.layout().groups() << " x S=" << m.layout().stages()
-                   << ", loaded into G=" << pipeline_.groups << " x S=" << pipeline_.stages << ")";
+  STRATA_LOG(INFO) << "resumed from " << ref->path << ": step " << m.step() << " (epoch "
+                   << m.run().epoch() + 1 << ", " << m.run().step_in_epoch() << " of its "
+                   << m.run().steps_per_epoch()
+                   << " batches done; written by G=" << m.layout().groups()
+                   << " x S=" << m.layout().stages() << ", loaded into G=" << pipeline_.groups
+                   << " x S=" << pipeline_.stages << ")";
   const proto::CheckpointRunState& r = m.run();
   std::string differs;
   if (r.seed() != config_.seed)
