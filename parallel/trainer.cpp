@@ -436,10 +436,12 @@ TrainSummary Trainer::run() {
         what << " and the gradient is not finite"
              << (first.empty() ? "" : ", first in parameter " + first);
       }
-      STRATA_CHECK(skipped && config_.nan_policy == NanPolicy::kSkip)
-          << what.str() << "; "
-          << (skipped ? "the update was not applied (--nan-policy abort)" : "training diverged")
-          << ": lower --lr, set --clip-grad-norm, or --nan-policy skip to skip such steps";
+      if (!skipped || config_.nan_policy != NanPolicy::kSkip) {
+        STRATA_THROW()
+            << what.str() << "; "
+            << (skipped ? "the update was not applied (--nan-policy abort)" : "training diverged")
+            << ": lower --lr, set --clip-grad-norm, or --nan-policy skip to skip such steps";
+      }
       ++summary.skipped_steps;
       if (rank_ == 0) {
         STRATA_LOG(WARN) << what.str() << ": update skipped (--nan-policy skip; "
