@@ -130,7 +130,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Write a Chrome trace (Perfetto) of every instruction on every rank here");
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
                   "Write checkpoints (DIR/step-NNNNNN/, DIR/latest) here: every --save-every "
-                  "steps, at the end, and on SIGTERM/SIGINT (then stop) or SIGHUP (then go on)");
+                  "steps, at the end, and on SIGTERM/SIGINT/SIGUSR1 (then stop) or SIGHUP/SIGUSR2 "
+                  "(then go on); under mpirun, signal mpirun with SIGUSR1/SIGUSR2 (it forwards "
+                  "those)");
   cmd->add_option("--save-every", o.save_every,
                   "Steps between checkpoints (0 = only at the end and on signals)");
   cmd->add_option("--keep-last", o.keep_last, "Checkpoints to keep in --checkpoint-dir (0 = all)");
@@ -150,7 +152,9 @@ namespace {
 
 // Signals, with --checkpoint-dir: SIGTERM (preemption) and SIGINT (Ctrl-C) ask for a checkpoint
 // at the end of the current step, then a clean stop (exit status 0); a second one stops at once
-// (the default action). SIGHUP asks for a checkpoint and training goes on. The handler only bumps
+// (the default action). SIGHUP asks for a checkpoint and training goes on. Open MPI's mpirun ends
+// the job on SIGTERM/SIGINT instead of forwarding them, but forwards SIGUSR1 and SIGUSR2 to every
+// rank: SIGUSR1 acts as SIGTERM and SIGUSR2 as SIGHUP. The handler only bumps
 // lock-free counters and write(2)s a line, both async-signal-safe; the trainer polls the counters
 // at step boundaries and the ranks agree on them.
 parallel::RunControl* g_control = nullptr;
@@ -164,18 +168,23 @@ void write_stderr(const char* text) {
 
 extern "C" void on_signal(int sig) {
   if (g_control == nullptr) return;
-  if (sig == SIGHUP) {
+  if (sig == SIGHUP || sig == SIGUSR2) {
     g_control->save.fetch_add(1);
-    write_stderr("strata: SIGHUP: a checkpoint at the end of this step\n");
+    write_stderr(sig == SIGHUP ? "strata: SIGHUP: a checkpoint at the end of this step\n"
+                               : "strata: SIGUSR2: a checkpoint at the end of this step\n");
     return;
   }
   g_control->stop.fetch_add(1);
   std::signal(sig, SIG_DFL);  // a second one stops at once
   write_stderr(sig == SIGTERM ? "strata: SIGTERM: checkpoint at the end of this step, then stop "
                                 "(send it again to stop at once)\n"
-                              : "strata: SIGINT: checkpoint at the end of this step, then stop "
-                                "(press Ctrl-C again to stop at once)\n");
+               : sig == SIGINT
+                   ? "strata: SIGINT: checkpoint at the end of this step, then stop "
+                     "(press Ctrl-C again to stop at once)\n"
+                   : "strata: SIGUSR1: checkpoint at the end of this step, then stop\n");
 }
+
+constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
 // Installs the handlers for the lifetime of a run and removes them after.
 class SignalScope {
@@ -187,11 +196,11 @@ class SignalScope {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+    for (int sig : kSignals) sigaction(sig, &sa, nullptr);
   }
   ~SignalScope() {
     if (!active_) return;
-    for (int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, SIG_DFL);
+    for (int sig : kSignals) std::signal(sig, SIG_DFL);
     g_control = nullptr;
   }
   SignalScope(const SignalScope&) = delete;
@@ -304,7 +313,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                           (o.save_every > 0 ? "every " + std::to_string(o.save_every) + " steps"
                                             : "at the end") +
                           (o.keep_last > 0 ? ", keep " + std::to_string(o.keep_last) : "") +
-                          "; SIGTERM/SIGINT save and stop, SIGHUP saves"},
+                          "; SIGTERM/SIGINT/SIGUSR1 save and stop, SIGHUP/SIGUSR2 save"},
                {"resume", o.resume.empty() ? "no" : o.resume},
                {"nan policy", o.nan_policy},
                {"data workers", std::to_string(o.workers)}});
