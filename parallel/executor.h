@@ -120,6 +120,7 @@ class Executor {
   struct PendingRecv;
 
   void execute(const Instruction& in, MicroBatchSource& source, StepStats* stats);
+  void execute_op(const Instruction& in, MicroBatchSource& source, StepStats* stats);
   void post_receives(const Program& program, size_t from, MicroBatchSource& source);
   void post_receive(const Instruction& in, MicroBatchSource& source);
   TensorList take_receive(const Instruction& in);

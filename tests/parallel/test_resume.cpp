@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "engine/allocator.h"
 #include "graph/checkpoint.h"
 #include "graph/model_spec.h"
 #include "io/data_loader.h"
@@ -406,6 +407,56 @@ TEST(NanPolicy, AbortNamesTheStepAndTheFirstLayer) {
       EXPECT_NE(m.find("--nan-policy"), std::string::npos) << m;
     }
   }
+}
+
+// ---- out of memory ------------------------------------------------------------------------
+
+// Runs `stages` stages whose rank `tight` may allocate only 1 KiB beyond its weights, and returns
+// the error.
+std::string out_of_memory(int stages, int tight) {
+  auto data = std::make_shared<Classes>();
+  TrainConfig c = config();
+  c.batch_size = 64;  // micro-batches of 32 rows: a (32, 16) f32 activation is 2 KiB
+  const PipelineConfig p = layout(stages, 1, 2);
+  auto body = [&](Communicator* comm) {
+    CpuAllocator allocator;
+    ExecContext ctx(Device::cpu(), &allocator, 1);
+    Trainer trainer(ctx, spec(false), data, nullptr, c, p, comm, nullptr);
+    if (comm == nullptr || comm->rank() == tight) {
+      allocator.set_limit(allocator.stats().current + 1024);
+    }
+    trainer.run();
+  };
+  try {
+    if (stages == 1) {
+      body(nullptr);
+    } else {
+      LocalWorld world(stages);
+      run_local_ranks(world, [&](LocalCommunicator& comm) { body(&comm); });
+    }
+  } catch (const OutOfMemoryError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an out-of-memory error";
+  return "";
+}
+
+void expect_parts(const std::string& m, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) {
+    EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' not in: " << m;
+  }
+}
+
+TEST(OutOfMemory, NamesTheStageLayerMicroBatchAndBytes) {
+  // fc1's output of the first micro-batch does not fit.
+  expect_parts(out_of_memory(1, 0),
+               {"Forward(mb 0) on stage 0 (step 1, 32 rows): forward of layer fc1 (linear, input "
+                "(32, 12)): out of memory on cpu: cannot allocate 2.00 KiB",
+                "limit"});
+  // Stage 1: the buffer receiving the first micro-batch's activations does not fit.
+  expect_parts(out_of_memory(2, 1),
+               {"RecvAct(mb 0) on stage 1 from stage 0 (step 1, 32 rows), "
+                "receive buffer: out of memory on cpu: cannot allocate 2.00 KiB"});
 }
 
 }  // namespace
