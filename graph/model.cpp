@@ -105,7 +105,12 @@ TensorList Model::forward(ExecContext& ctx, size_t begin, size_t end, const Tens
     t.needs_input_grad = i > 0;
     t.input_shape = x.empty() ? Shape{} : x[0].shape();
     const auto start = Clock::now();
-    x = layers_[i]->forward(ctx, x, t);
+    try {
+      x = layers_[i]->forward(ctx, x, t);
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError("forward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
+                             ", input " + shape_str(t.input_shape) + "): " + e.what());
+    }
     if (profiler != nullptr) {
       size_t out_bytes = 0;
       for (const Tensor& y : x) out_bytes += y.defined() ? y.nbytes() : 0;
@@ -129,7 +134,12 @@ TensorList Model::backward(ExecContext& ctx, size_t begin, size_t end,
   for (size_t i = end; i-- > begin;) {
     LayerTape& t = tape.layers[i - begin];
     const auto start = Clock::now();
-    grads = layers_[i]->backward(ctx, grads, t);
+    try {
+      grads = layers_[i]->backward(ctx, grads, t);
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError("backward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
+                             ", input " + shape_str(t.input_shape) + "): " + e.what());
+    }
     t.clear();  // the saved tensors are no longer needed
     if (profiler != nullptr) {
       profiler->record_backward(i, std::chrono::duration<double>(Clock::now() - start).count());

@@ -17,6 +17,12 @@ const char* optimizer_name(OptimizerKind kind) {
   return kind == OptimizerKind::kSgd ? "sgd" : "adamw";
 }
 
+std::vector<std::string> optimizer_slot_names(const OptimizerConfig& config) {
+  if (config.kind == OptimizerKind::kAdamW) return {"exp_avg", "exp_avg_sq"};
+  if (config.momentum > 0) return {"momentum"};
+  return {};
+}
+
 Optimizer::Optimizer(ParamStore& store, const OptimizerConfig& config)
     : store_(store), config_(config) {
   STRATA_CHECK(config.weight_decay >= 0) << "--weight-decay must be >= 0";
@@ -25,10 +31,8 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerConfig& config)
   if (config.kind == OptimizerKind::kSgd) {
     STRATA_CHECK(config.momentum >= 0 && config.momentum < 1) << "--momentum must be in [0, 1)";
     STRATA_CHECK(!config.nesterov || config.momentum > 0) << "--nesterov needs --momentum > 0";
-    store_.ensure_state(config.momentum > 0 ? 1 : 0);
-  } else {
-    store_.ensure_state(2);  // m, v
   }
+  store_.ensure_state(optimizer_slot_names(config).size());
 }
 
 OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSum& global_sum) {
@@ -38,6 +42,16 @@ OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSu
   for (size_t i : store_.tied_copies()) local -= ops::sum_of_squares(ctx, store_.grad(i));
   const double total = global_sum ? global_sum(local) : local;
   info.grad_norm = std::sqrt(std::max(total, 0.0));
+  if (config_.skip_non_finite && !std::isfinite(total)) {
+    info.skipped = true;
+    const auto& entries = store_.param_entries();
+    for (size_t i = 0; i < entries.size() && info.first_non_finite.empty(); ++i) {
+      if (!std::isfinite(ops::sum_of_squares(ctx, store_.grad(i)))) {
+        info.first_non_finite = entries[i].full_name();
+      }
+    }
+    return info;
+  }
   if (config_.clip_grad_norm > 0) {
     ops::scale_gradients(ctx, {store_.grads()},
                          ops::clip_coefficient(info.grad_norm, config_.clip_grad_norm));

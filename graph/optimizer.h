@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "engine/exec_context.h"
 #include "graph/param_store.h"
@@ -30,11 +31,22 @@ struct OptimizerConfig {
   double beta2 = 0.999;         // adamw
   double eps = 1e-8;            // adamw
   double clip_grad_norm = 0.0;  // 0: no clipping
+  // A step whose global gradient norm is not finite (NaN or inf anywhere) leaves the parameters
+  // and the optimizer state as they are, and says so in OptimizerStepInfo.
+  bool skip_non_finite = true;
 };
+
+// Names of the optimizer state slots the config keeps in the ParamStore, in slot order:
+// sgd with momentum {"momentum"}, sgd without {}, adamw {"exp_avg", "exp_avg_sq"}.
+std::vector<std::string> optimizer_slot_names(const OptimizerConfig& config);
 
 struct OptimizerStepInfo {
   double lr = 0.0;
   double grad_norm = 0.0;  // global norm before clipping
+  bool skipped = false;    // non-finite gradient, update skipped (skip_non_finite)
+  // When skipped: the first parameter of this store ("layer.name") with a non-finite gradient,
+  // empty when this store's gradients are finite (the non-finite value is on another stage).
+  std::string first_non_finite;
 };
 
 class Optimizer {

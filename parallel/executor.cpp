@@ -73,7 +73,8 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
       comms_(comms),
       config_(config),
       trace_(trace),
-      optimizer_(store, config.optimizer) {
+      optimizer_(store, config.optimizer),
+      optimizer_steps_(config.first_step) {
   STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
       << "executor: stage " << range.stage << " of " << range.stages;
   STRATA_CHECK(range.begin < range.end && range.end <= model.size())
@@ -130,7 +131,14 @@ void Executor::post_receives(const Program& program, size_t from, MicroBatchSour
   for (size_t i = from; i < to; ++i) {
     const Instruction& in = program[i];
     if (in.op != OpCode::kRecvAct && in.op != OpCode::kRecvGrad) continue;
-    if (receives_.count({static_cast<int>(in.op), in.micro_batch}) == 0) post_receive(in, source);
+    if (receives_.count({static_cast<int>(in.op), in.micro_batch}) > 0) continue;
+    try {
+      post_receive(in, source);
+    } catch (const OutOfMemoryError& e) {
+      const MicroBatchSource::Info info = source.info(in.micro_batch);
+      throw OutOfMemoryError(describe(in) + " (step " + std::to_string(info.step + 1) + ", " +
+                             std::to_string(info.rows) + " rows), receive buffer: " + e.what());
+    }
   }
 }
 
@@ -347,9 +355,28 @@ void Executor::optimizer_step(StepStats* stats) {
   stats->lr = info.lr;
   stats->grad_norm = info.grad_norm;
   ++stats->optimizer_steps;
+  if (info.skipped) {
+    ++stats->skipped_steps;
+    stats->first_non_finite = info.first_non_finite;
+  }
 }
 
 void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStats* stats) {
+  try {
+    execute_op(in, source, stats);
+  } catch (const OutOfMemoryError& e) {
+    // Which stage, instruction and micro-batch ran out (the layer and bytes are in the message).
+    std::string where = describe(in);
+    if (in.micro_batch >= 0) {
+      const MicroBatchSource::Info info = source.info(in.micro_batch);
+      where +=
+          " (step " + std::to_string(info.step + 1) + ", " + std::to_string(info.rows) + " rows)";
+    }
+    throw OutOfMemoryError(where + ": " + e.what());
+  }
+}
+
+void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepStats* stats) {
   const auto start = Clock::now();
   const double collective_before = collective_seconds_;
   switch (in.op) {

@@ -65,7 +65,8 @@ struct ExecutorConfig {
   uint64_t seed = 0;
   ops::CrossEntropyOptions loss;
   graph::OptimizerConfig optimizer;
-  int lookahead = 4;  // instructions ahead whose receives are posted early
+  int lookahead = 4;       // instructions ahead whose receives are posted early
+  int64_t first_step = 0;  // optimizer steps already done (a resumed run): the LR schedule's step
 };
 
 struct StepStats {
@@ -79,6 +80,10 @@ struct StepStats {
   double lr = 0.0;
   double grad_norm = 0.0;  // global (all stages) norm before clipping, at the last update
   int64_t optimizer_steps = 0;
+  // Updates skipped for a non-finite gradient (graph::OptimizerConfig::skip_non_finite), and the
+  // first parameter of this stage with one at the last of them (empty: finite here).
+  int64_t skipped_steps = 0;
+  std::string first_non_finite;
   // Forward, Backward, ReduceGrads, OptimizerStep, less the time they block in collectives (the
   // all-reduces of gradients and of the global gradient norm wait for the other ranks).
   double busy_seconds = 0.0;
@@ -120,6 +125,7 @@ class Executor {
   struct PendingRecv;
 
   void execute(const Instruction& in, MicroBatchSource& source, StepStats* stats);
+  void execute_op(const Instruction& in, MicroBatchSource& source, StepStats* stats);
   void post_receives(const Program& program, size_t from, MicroBatchSource& source);
   void post_receive(const Instruction& in, MicroBatchSource& source);
   TensorList take_receive(const Instruction& in);

@@ -103,6 +103,12 @@ Tensor LoaderMicroBatches::target(int64_t micro_batch) {
   return load(step).batch.target.narrow(0, begin, rows);
 }
 
+void LoaderMicroBatches::start_at(int64_t step) {
+  STRATA_CHECK(steps_.empty() && loader_epoch_ < 0) << "start_at after the first micro-batch";
+  STRATA_CHECK_GE(step, 0) << "start_at a negative step";
+  next_step_ = step;
+}
+
 void LoaderMicroBatches::release_before(int64_t step) {
   steps_.erase(steps_.begin(), steps_.lower_bound(step));
 }

@@ -44,6 +44,9 @@ class LoaderMicroBatches final : public MicroBatchSource {
   int64_t group_rows(int64_t step) const;
   // Forgets the data of steps before `step` (their micro-batches are done).
   void release_before(int64_t step);
+  // Starts at step `step` instead of 0 (a resumed run): the loader opens that step's epoch at
+  // that batch, without reading the batches before it. Call before the first micro-batch.
+  void start_at(int64_t step);
 
  private:
   struct StepData {

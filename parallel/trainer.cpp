@@ -9,16 +9,27 @@
 // them over the groups and hands them to rank 0, which reports. Evaluation runs on group 0 only
 // (forward in evaluation mode, one micro-batch per evaluation batch, pipelined across batches on
 // a separate communicator so its messages never meet the training ones).
+//
+// Resuming exactly. Step k reads batch (k mod P) of epoch (k div P) of an order drawn from
+// (seed, epoch); dropout masks are keyed by (seed, layer, step, sample); the learning rate and
+// AdamW's bias correction by the step. So a checkpoint of step k (parameters, buffers, optimizer
+// state) plus the seed is the whole state: a resumed run continues at step k with the same
+// micro-batch ids, data and random streams as the uninterrupted one, and ends bitwise equal on
+// the CPU. Checkpoints are written at step boundaries, where a synchronous schedule has flushed.
 #include "parallel/trainer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
 
 #include "engine/check.h"
 #include "engine/log.h"
 #include "graph/model_spec.h"
 #include "models/weight_files.h"
+#include "parallel/checkpointing.h"
 #include "parallel/executor.h"
 #include "parallel/micro_batches.h"
 #include "parallel/trace.h"
@@ -41,30 +52,6 @@ void world_sum(Communicator* world, std::vector<double>* values, const std::stri
   *values = t.to_vector<double>();
 }
 
-// Every rank's string, on every rank (lengths first, then the padded bytes).
-std::vector<std::string> gather_strings(Communicator* world, const std::string& mine) {
-  if (world == nullptr || world->size() == 1) return {mine};
-  const int n = world->size();
-  Tensor len = Tensor::from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1});
-  Tensor lens = Tensor::empty({n}, DType::kI64);
-  auto r = world->all_gather(len, lens);
-  r->wait(world->timeout(), "gathering trace sizes");
-  const std::vector<int64_t> sizes = lens.to_vector<int64_t>();
-  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
-  Tensor bytes = Tensor::zeros({std::max<int64_t>(longest, 1)}, DType::kU8);
-  std::copy(mine.begin(), mine.end(), bytes.data<uint8_t>());
-  Tensor all = Tensor::empty({n * bytes.numel()}, DType::kU8);
-  r = world->all_gather(bytes, all);
-  r->wait(world->timeout(), "gathering traces");
-  std::vector<std::string> out;
-  const uint8_t* p = all.data<uint8_t>();
-  for (int i = 0; i < n; ++i) {
-    out.emplace_back(reinterpret_cast<const char*>(p + i * bytes.numel()),
-                     static_cast<size_t>(sizes[i]));
-  }
-  return out;
-}
-
 // Cuts an asynchronous program after every `per_segment`-th OptimizerStep.
 std::vector<Program> segments(const Program& program, int64_t per_segment) {
   std::vector<Program> out(1);
@@ -77,7 +64,32 @@ std::vector<Program> segments(const Program& program, int64_t per_segment) {
   return out;
 }
 
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
 }  // namespace
+
+NanPolicy parse_nan_policy(const std::string& name) {
+  if (name == "abort") return NanPolicy::kAbort;
+  if (name == "skip") return NanPolicy::kSkip;
+  STRATA_THROW() << "unknown --nan-policy '" << name << "' (valid: abort, skip)";
+}
+
+const char* nan_policy_name(NanPolicy policy) {
+  return policy == NanPolicy::kAbort ? "abort" : "skip";
+}
 
 int64_t total_steps(const TrainConfig& config, const PipelineConfig& pipeline, int64_t train_size) {
   STRATA_CHECK_GT(config.batch_size, 0) << "--batch-size must be positive";
@@ -95,7 +107,9 @@ Trainer::Trainer(ExecContext& ctx, const proto::ModelSpec& spec,
                  TrainObserver* observer)
     : Trainer(
           ctx, [&spec] { return graph::build_model(spec); }, std::move(train), std::move(test),
-          config, pipeline, world, observer) {}
+          config, pipeline, world, observer) {
+  spec_ = spec;  // recorded in checkpoints (a model from a C++ builder has none)
+}
 
 Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
                  std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
@@ -154,6 +168,119 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
   }
   set_log_rank(world != nullptr && world->size() > 1 ? rank_ : -1);
   make_communicators();
+  STRATA_CHECK(is_synchronous(pipeline.schedule) ||
+               (config.checkpoint.dir.empty() && config.checkpoint.resume.empty()))
+      << "checkpoints need a schedule that flushes at step boundaries (gpipe, 1f1b), not "
+      << schedule_name(pipeline.schedule);
+  STRATA_CHECK(config.checkpoint.save_every >= 0 && config.checkpoint.keep_last >= 0)
+      << "--save-every and --keep-last must be >= 0";
+  STRATA_CHECK(config.checkpoint.save_every == 0 || !config.checkpoint.dir.empty())
+      << "--save-every needs --checkpoint-dir";
+  // The optimizer's state exists from here on (zero), so that a checkpoint can fill it.
+  slots_ = graph::optimizer_slot_names(config.optimizer);
+  store_->ensure_state(slots_.size());
+  if (!config.checkpoint.resume.empty()) resume();
+}
+
+void Trainer::check_resumable(const proto::CheckpointManifest& m) const {
+  const graph::OptimizerConfig& opt = config_.optimizer;
+  const std::vector<std::string> slots(m.optimizer().slot().begin(), m.optimizer().slot().end());
+  if (m.optimizer().kind() != graph::optimizer_name(opt.kind) || slots != slots_) {
+    std::string names;
+    for (const std::string& n : slots) names += (names.empty() ? "" : ", ") + n;
+    throw graph::CheckpointError("it was written with optimizer " + m.optimizer().kind() +
+                                 " (state: " + (names.empty() ? "none" : names) +
+                                 "), this run uses " + graph::optimizer_name(opt.kind) +
+                                 ": resume with the same --optimizer (and --momentum > 0 for "
+                                 "sgd with momentum state)");
+  }
+}
+
+void Trainer::resume() {
+  const std::optional<graph::CheckpointRef> ref =
+      choose_checkpoint(world_, config_.checkpoint.resume, config_.checkpoint.dir);
+  if (!ref) {
+    if (rank_ == 0) {
+      STRATA_LOG(INFO) << "--resume auto: no complete checkpoint in " << config_.checkpoint.dir
+                       << ", starting from step 0";
+    }
+    return;
+  }
+  const proto::CheckpointManifest m =
+      load_checkpoint(world_, ref->path, *model_, *store_, slots_,
+                      [this](const proto::CheckpointManifest& m) { check_resumable(m); });
+  start_step_ = m.step();
+  skipped_before_ = m.run().skipped_steps();
+  samples_before_ = m.run().samples_seen();
+  resumed_from_ = ref->path;
+  if (rank_ != 0) return;
+  STRATA_LOG(INFO) << "resumed from " << ref->path << ": step " << m.step() << " (epoch "
+                   << m.run().epoch() + 1 << ", " << m.run().step_in_epoch() << " of its "
+                   << m.run().steps_per_epoch()
+                   << " batches done; written by G=" << m.layout().groups()
+                   << " x S=" << m.layout().stages() << ", loaded into G=" << pipeline_.groups
+                   << " x S=" << pipeline_.stages << ")";
+  const proto::CheckpointRunState& r = m.run();
+  std::string differs;
+  if (r.seed() != config_.seed)
+    differs += " seed " + std::to_string(r.seed()) + " (now " + std::to_string(config_.seed) + ")";
+  if (r.batch_size() != config_.batch_size)
+    differs += " batch size " + std::to_string(r.batch_size()) + " (now " +
+               std::to_string(config_.batch_size) + ")";
+  if (r.train_samples() != train_->size())
+    differs += " training samples " + std::to_string(r.train_samples()) + " (now " +
+               std::to_string(train_->size()) + ")";
+  if (!differs.empty()) {
+    STRATA_LOG(WARN) << "the checkpoint was written with" << differs
+                     << ": the data order and random streams differ from the run that wrote it, "
+                        "so training will not continue it exactly";
+  }
+}
+
+proto::CheckpointManifest Trainer::describe_run(int64_t step, int64_t total, int64_t per_epoch,
+                                                int64_t samples, const std::string& reason) const {
+  proto::CheckpointManifest m;
+  *m.mutable_model() = spec_;
+  m.set_created_at(utc_now());
+  m.set_reason(reason);
+  proto::CheckpointLayout* layout = m.mutable_layout();
+  layout->set_stages(pipeline_.stages);
+  layout->set_groups(pipeline_.groups);
+  layout->set_micro_batches(pipeline_.micro_batches);
+  layout->set_schedule(schedule_name(pipeline_.schedule));
+  for (const auto& [b, e] : pipeline_.partition) {
+    proto::CheckpointStage* s = layout->add_stage();
+    s->set_begin(static_cast<int64_t>(b));
+    s->set_end(static_cast<int64_t>(e));
+    s->set_first_layer(model_->layer(b).name());
+    s->set_last_layer(model_->layer(e - 1).name());
+  }
+  proto::CheckpointRunState* r = m.mutable_run();
+  r->set_seed(config_.seed);
+  r->set_batch_size(config_.batch_size);
+  r->set_epoch(step / per_epoch);
+  r->set_step_in_epoch(step % per_epoch);
+  r->set_steps_per_epoch(per_epoch);
+  r->set_train_samples(train_->size());
+  r->set_dataset(train_->name());
+  r->set_total_steps(total);
+  r->set_samples_seen(samples);
+  const graph::OptimizerConfig& opt = config_.optimizer;
+  proto::CheckpointOptimizer* o = m.mutable_optimizer();
+  o->set_kind(graph::optimizer_name(opt.kind));
+  for (const std::string& slot : slots_) o->add_slot(slot);
+  o->set_lr(opt.schedule.base_lr);
+  o->set_lr_schedule(ops::lr_schedule_name(opt.schedule.kind));
+  o->set_warmup_steps(opt.schedule.warmup_steps);
+  o->set_min_lr(opt.schedule.min_lr);
+  o->set_weight_decay(opt.weight_decay);
+  o->set_momentum(opt.momentum);
+  o->set_nesterov(opt.nesterov);
+  o->set_beta1(opt.beta1);
+  o->set_beta2(opt.beta2);
+  o->set_eps(opt.eps);
+  o->set_clip_grad_norm(opt.clip_grad_norm);
+  return m;
 }
 
 Trainer::~Trainer() = default;
@@ -246,6 +373,7 @@ TrainSummary Trainer::run() {
                             config_.loss.ignore_index, !is_synchronous(pipeline_.schedule));
   const int64_t total = total_steps(config_, pipeline_, train_->size());
   const int64_t per_epoch = source.steps_per_epoch();
+  if (start_step_ > 0) source.start_at(start_step_);
 
   std::unique_ptr<Trace> trace;
   if (!pipeline_.trace_path.empty()) trace = std::make_unique<Trace>(rank_, group_, stage_);
@@ -259,6 +387,8 @@ TrainSummary Trainer::run() {
   ec.loss = config_.loss;
   ec.optimizer = config_.optimizer;
   ec.optimizer.schedule.total_steps = std::max(ec.optimizer.schedule.total_steps, total);
+  ec.optimizer.skip_non_finite = true;  // both NaN policies keep the weights of a bad step
+  ec.first_step = start_step_;
   Executor executor(
       ctx_, *model_, *store_,
       {stage_, S, pipeline_.partition[stage_].first, pipeline_.partition[stage_].second}, comms, ec,
@@ -275,12 +405,23 @@ TrainSummary Trainer::run() {
   }
 
   TrainSummary summary;
+  summary.first_step = start_step_;
+  summary.resumed_from = resumed_from_;
+  summary.skipped_steps = skipped_before_;
+  summary.steps = start_step_;
+  if (start_step_ >= total && rank_ == 0) {
+    STRATA_LOG(INFO) << "the checkpoint's step " << start_step_
+                     << " is at or past the end of the run (" << total
+                     << " steps): nothing to train";
+  }
+  const CheckpointConfig& ckpt = config_.checkpoint;
+  int64_t saves_handled = 0;  // RunControl::save requests already honoured
   StageReport report{
       rank_, group_, stage_, pipeline_.partition[stage_].first, pipeline_.partition[stage_].second,
       0.0,   0.0};
   double train_seconds = 0.0, interval_loss = 0.0, interval_seconds = 0.0;
-  int64_t interval_steps = 0, interval_samples = 0;
-  for (int64_t step = 0; step < total; ++step) {
+  int64_t interval_steps = 0, interval_samples = 0, interval_counted = 0;
+  for (int64_t step = start_step_; step < total; ++step) {
     const int64_t epoch = step / per_epoch;
     const auto step_start = Clock::now();
     const Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
@@ -289,20 +430,50 @@ TrainSummary Trainer::run() {
     if (sync) executor.finish();
     source.release_before(sync ? step + 1 : std::max<int64_t>(0, step - 1));
     report.busy_seconds += stats.busy_seconds;
-    // Loss and counts from the last stages; samples from the loader's arithmetic.
-    std::vector<double> m{stats.loss, static_cast<double>(stats.counted)};
+    // Loss and counts from the last stages; samples from the loader's arithmetic; skipped
+    // updates (every rank decides alike: the gradient norm is global).
+    std::vector<double> m{stats.loss, static_cast<double>(stats.counted),
+                          static_cast<double>(stats.skipped_steps)};
     world_sum(world_, &m, "step metrics");
     // The step ends for every rank when the last one is done (the sum above waited for it).
     report.wall_seconds += seconds_since(step_start);
     // Async: M updates per segment, each loss the mean of its micro-batch over the groups.
     const double loss = sync ? m[0] : m[0] / static_cast<double>(M);
-    STRATA_CHECK(std::isfinite(loss))
-        << "the loss is " << loss << " at step " << step << " (epoch " << epoch
-        << "): training diverged; lower --lr or set --clip-grad-norm";
+    const bool skipped = m[2] > 0;
+    if (skipped || !std::isfinite(loss)) {
+      // The first layer with a non-finite gradient: ranks in order are group 0's stages in order.
+      std::string first;
+      if (skipped) {
+        const std::vector<std::string> names = all_gather_strings(world_, stats.first_non_finite);
+        for (const std::string& n : names) {
+          if (first.empty()) first = n;
+        }
+      }
+      std::ostringstream what;
+      what << "step " << step + 1 << " (epoch " << epoch + 1 << "): the loss is " << loss;
+      if (skipped) {
+        what << " and the gradient is not finite"
+             << (first.empty() ? "" : ", first in parameter " + first);
+      }
+      if (!skipped || config_.nan_policy != NanPolicy::kSkip) {
+        STRATA_THROW()
+            << what.str() << "; "
+            << (skipped ? "the update was not applied (--nan-policy abort)" : "training diverged")
+            << ": lower --lr, set --clip-grad-norm, or --nan-policy skip to skip such steps";
+      }
+      ++summary.skipped_steps;
+      if (rank_ == 0) {
+        STRATA_LOG(WARN) << what.str() << ": update skipped (--nan-policy skip; "
+                         << summary.skipped_steps << " skipped so far)";
+      }
+    }
     const double dt = seconds_since(step_start);
     const int64_t samples = source.group_rows(step) * G;
     train_seconds += dt;
-    interval_loss += loss;
+    if (!skipped) {
+      interval_loss += loss;
+      ++interval_counted;
+    }
     interval_seconds += dt;
     ++interval_steps;
     interval_samples += samples;
@@ -312,19 +483,21 @@ TrainSummary Trainer::run() {
       r.step = step + 1;
       r.total_steps = total;
       r.epoch = epoch;
-      r.loss = interval_loss / static_cast<double>(interval_steps);
+      r.loss = interval_counted > 0 ? interval_loss / static_cast<double>(interval_counted)
+                                    : std::nan("");
+      r.skipped_steps = summary.skipped_steps;
       r.lr = stats.lr;
       r.grad_norm = stats.grad_norm;
       r.samples_per_s = interval_seconds > 0 ? interval_samples / interval_seconds : 0.0;
       r.elapsed_s = train_seconds;
-      r.eta_s =
-          train_seconds / static_cast<double>(step + 1) * static_cast<double>(total - step - 1);
+      r.eta_s = train_seconds / static_cast<double>(step + 1 - start_step_) *
+                static_cast<double>(total - step - 1);
       observer_->on_step(r);
       if ((step + 1) % config_.log_every == 0 || step + 1 == total) observer_->on_log(r);
     }
     if ((step + 1) % config_.log_every == 0 || step + 1 == total) {
       interval_loss = interval_seconds = 0.0;
-      interval_steps = interval_samples = 0;
+      interval_steps = interval_samples = interval_counted = 0;
     }
     const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     const bool periodic = config_.eval_every > 0 && (step + 1) % config_.eval_every == 0;
@@ -332,6 +505,52 @@ TrainSummary Trainer::run() {
       if (!sync && step + 1 == total) executor.finish();  // the async run drains first
       summary.last_eval = evaluate(step + 1, epoch);
       if (rank_ == 0 && observer_ != nullptr) observer_->on_eval(*summary.last_eval);
+    }
+    summary.steps = step + 1;
+
+    // Requests from outside (signals), agreed on by every rank.
+    bool stop = false, save_requested = false;
+    if (config_.control != nullptr) {
+      Tensor c = Tensor::from_vector<int64_t>(
+          {config_.control->stop.load(), config_.control->save.load()}, {2});
+      if (world_ != nullptr && world_->size() > 1) {
+        world_->all_reduce(c, ReduceOp::kMax)->wait(world_->timeout(), "stop and save requests");
+      }
+      stop = c.data<int64_t>()[0] > 0;
+      save_requested = c.data<int64_t>()[1] > saves_handled;
+      saves_handled = c.data<int64_t>()[1];
+    }
+    const int64_t done = step + 1;
+    const bool due = ckpt.save_every > 0 && done % ckpt.save_every == 0;
+    if (!ckpt.dir.empty() && (due || save_requested || stop || done == total)) {
+      const std::string reason = stop             ? "stop request"
+                                 : save_requested ? "save request"
+                                 : done == total  ? "end of training"
+                                                  : "periodic";
+      proto::CheckpointManifest manifest =
+          describe_run(done, total, per_epoch, samples_before_ + summary.samples, reason);
+      manifest.mutable_run()->set_skipped_steps(summary.skipped_steps);
+      const SavedCheckpoint saved = save_checkpoint(world_, ckpt.dir, done, ckpt.keep_last,
+                                                    manifest, *store_, slots_, group_ == 0);
+      summary.last_checkpoint = saved.path;
+      if (rank_ == 0) {
+        std::string pruned;
+        for (const std::string& p : saved.pruned) pruned += (pruned.empty() ? "" : ", ") + p;
+        STRATA_LOG(INFO) << "checkpoint " << saved.path << " (" << reason << ", "
+                         << mib(saved.bytes) << " in " << std::fixed << std::setprecision(3)
+                         << saved.seconds << " s)" << (pruned.empty() ? "" : "; removed " + pruned);
+      }
+    } else if (save_requested && rank_ == 0) {
+      STRATA_LOG(WARN) << "a checkpoint was requested at step " << done
+                       << " but no checkpoint directory is set: ignored";
+    }
+    if (stop) {
+      if (rank_ == 0) {
+        STRATA_LOG(INFO) << "stopping at step " << done << " of " << total << " on request"
+                         << (ckpt.dir.empty() ? " (no checkpoint directory: nothing saved)" : "");
+      }
+      summary.stopped = true;
+      break;
     }
   }
   executor.finish();
@@ -357,10 +576,9 @@ TrainSummary Trainer::run() {
   summary.measured_bubble = idle / n;
   summary.theoretical_bubble = theoretical_bubble_fraction(pipeline_.schedule, S, M);
   if (trace != nullptr) {
-    const std::vector<std::string> events = gather_strings(world_, trace->events_json());
+    const std::vector<std::string> events = all_gather_strings(world_, trace->events_json());
     if (rank_ == 0) Trace::write_file(pipeline_.trace_path, events);
   }
-  summary.steps = total;
   summary.train_seconds = train_seconds;
   summary.wall_seconds = seconds_since(wall_start);
   return summary;

@@ -10,6 +10,7 @@
 // micro-batch has rows); the single-process run keeps it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -30,6 +31,33 @@
 
 namespace strata::parallel {
 
+// What a step with a non-finite loss or gradient does: stop with an error naming the step and the
+// first layer with a non-finite gradient, or skip the update (counted) and go on. Either way the
+// parameters and optimizer state are left as they were before the step.
+enum class NanPolicy { kAbort, kSkip };
+NanPolicy parse_nan_policy(const std::string& name);  // abort|skip; throws otherwise
+const char* nan_policy_name(NanPolicy policy);
+
+// Checkpoints (graph/checkpoint.h, parallel/checkpointing.h). Synchronous schedules only.
+struct CheckpointConfig {
+  std::string dir;         // root of the step-NNNNNN/ directories; empty: no checkpoints
+  int64_t save_every = 0;  // steps between checkpoints; 0: only at the end and on request
+  int keep_last = 0;       // checkpoints kept in `dir` (0: all)
+  // "": a fresh start. "auto": the newest complete checkpoint in `dir`, or a fresh start when
+  // there is none. Otherwise a checkpoint directory, or a root whose newest one is taken.
+  std::string resume;
+};
+
+// Requests from outside the training loop, typically signal handlers: counters that only grow
+// (lock-free atomics, safe to increment in a signal handler). The trainer polls them at every step
+// boundary and the ranks agree on the decision (an all-reduce of the maxima), so every rank stops
+// or saves at the same step. With a world of several processes, every rank must have one (or
+// none).
+struct RunControl {
+  std::atomic<int64_t> stop{0};  // write a checkpoint (when a directory is set), then stop
+  std::atomic<int64_t> save{0};  // write a checkpoint and go on (each increment: one)
+};
+
 struct TrainConfig {
   int64_t epochs = 1;
   int64_t steps = 0;        // > 0: stop after this many optimizer steps (across epochs)
@@ -45,6 +73,9 @@ struct TrainConfig {
   // initialization, under Hugging Face / torchvision or Strata names (models/weight_files.h).
   // The whole file is checked against the whole model; each stage loads only its own layers.
   std::string init_weights;
+  CheckpointConfig checkpoint;
+  NanPolicy nan_policy = NanPolicy::kAbort;
+  RunControl* control = nullptr;  // may be null
 };
 
 struct PipelineConfig {
@@ -71,6 +102,7 @@ struct StepRecord {
   double samples_per_s = 0.0;  // over the steps since the last record
   double elapsed_s = 0.0;      // training time so far (evaluation excluded)
   double eta_s = 0.0;          // training time left at the current rate
+  int64_t skipped_steps = 0;   // updates skipped for a non-finite loss or gradient, so far
 };
 
 struct EvalRecord {
@@ -106,7 +138,8 @@ class TrainObserver {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t first_step = 0;      // > 0: resumed from a checkpoint of that step
+  int64_t steps = 0;           // the step the run ended at (counted from 0, not from first_step)
   int64_t samples = 0;         // training samples processed (all groups)
   double train_seconds = 0.0;  // evaluation excluded
   double wall_seconds = 0.0;
@@ -116,6 +149,10 @@ struct TrainSummary {
   // theoretical_bubble_fraction (parallel/schedule/schedule.h).
   double measured_bubble = 0.0;
   double theoretical_bubble = 0.0;  // the schedule's ideal idle fraction
+  int64_t skipped_steps = 0;        // updates skipped (--nan-policy skip), resumed ones included
+  bool stopped = false;             // stopped early on a RunControl request
+  std::string resumed_from;         // the checkpoint loaded, if any
+  std::string last_checkpoint;      // the last checkpoint written, if any
 };
 
 // Makes the whole model (every rank builds it and keeps its stage's layers' parameters).
@@ -128,6 +165,7 @@ class Trainer {
   // config.init_weights. `world` has
   // groups * stages ranks; null for a single process. `test` may be null (no evaluation).
   // `observer` is called on world rank 0 only. The context's allocator holds the stage.
+  // With config.checkpoint.resume, the constructor also loads the checkpoint (collective).
   Trainer(ExecContext& ctx, const proto::ModelSpec& spec, std::shared_ptr<const io::Dataset> train,
           std::shared_ptr<const io::Dataset> test, const TrainConfig& config,
           const PipelineConfig& pipeline, Communicator* world, TrainObserver* observer);
@@ -144,10 +182,16 @@ class Trainer {
   graph::ParamStore& store() { return *store_; }
   int stage() const { return stage_; }
   int group() const { return group_; }
+  // Optimizer steps already done when run() starts: the step of the checkpoint loaded, or 0.
+  int64_t start_step() const { return start_step_; }
 
  private:
   EvalRecord evaluate(int64_t step, int64_t epoch);
   void make_communicators();
+  void resume();
+  void check_resumable(const proto::CheckpointManifest& manifest) const;
+  proto::CheckpointManifest describe_run(int64_t step, int64_t total, int64_t per_epoch,
+                                         int64_t samples, const std::string& reason) const;
 
   ExecContext& ctx_;
   std::shared_ptr<const io::Dataset> train_, test_;
@@ -159,6 +203,12 @@ class Trainer {
   std::unique_ptr<graph::Model> model_;
   std::unique_ptr<graph::ParamStore> store_;
   std::unique_ptr<Communicator> pipe_, dp_, dp_last_, tied_, eval_pipe_;
+  proto::ModelSpec spec_;
+  std::vector<std::string> slots_;  // optimizer state slot names
+  int64_t start_step_ = 0;
+  int64_t skipped_before_ = 0;  // skipped steps of the run that wrote the checkpoint
+  int64_t samples_before_ = 0;  // samples seen by it
+  std::string resumed_from_;
 };
 
 }  // namespace strata::parallel

@@ -53,12 +53,17 @@ void ConsoleReporter::on_log(const parallel::StepRecord& r) {
   } else {
     std::snprintf(epoch, sizeof(epoch), "%lld", static_cast<long long>(r.epoch + 1));
   }
+  char skipped[48] = "";
+  if (r.skipped_steps > 0) {
+    std::snprintf(skipped, sizeof(skipped), " | skipped %lld",
+                  static_cast<long long>(r.skipped_steps));
+  }
   std::fprintf(out_,
                "step %lld/%lld | epoch %s | loss %.4f | lr %.2e | grad_norm %.3f | %.0f samples/s"
-               " | elapsed %s | eta %s\n",
+               " | elapsed %s | eta %s%s\n",
                static_cast<long long>(r.step), static_cast<long long>(r.total_steps), epoch, r.loss,
                r.lr, r.grad_norm, r.samples_per_s, format_duration(r.elapsed_s).c_str(),
-               format_duration(r.eta_s).c_str());
+               format_duration(r.eta_s).c_str(), skipped);
   std::fflush(out_);
   if (metrics_ != nullptr) {
     metrics_->write({{"type", "train"},
@@ -68,7 +73,8 @@ void ConsoleReporter::on_log(const parallel::StepRecord& r) {
                      {"lr", r.lr},
                      {"grad_norm", r.grad_norm},
                      {"samples_per_s", r.samples_per_s},
-                     {"elapsed_s", r.elapsed_s}});
+                     {"elapsed_s", r.elapsed_s},
+                     {"skipped", r.skipped_steps}});
   }
 }
 

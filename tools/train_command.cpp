@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -130,10 +131,87 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Seconds any rank waits for a peer before failing with what it waited for");
   cmd->add_option("--trace", o.trace,
                   "Write a Chrome trace (Perfetto) of every instruction on every rank here");
+  cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
+                  "Write checkpoints (DIR/step-NNNNNN/, DIR/latest) here: every --save-every "
+                  "steps, at the end, and on SIGTERM/SIGINT/SIGUSR1 (then stop) or SIGHUP/SIGUSR2 "
+                  "(then go on); under mpirun, signal mpirun with SIGUSR1/SIGUSR2 (it forwards "
+                  "those)");
+  cmd->add_option("--save-every", o.save_every,
+                  "Steps between checkpoints (0 = only at the end and on signals)");
+  cmd->add_option("--keep-last", o.keep_last, "Checkpoints to keep in --checkpoint-dir (0 = all)");
+  cmd->add_option("--resume", o.resume,
+                  "auto: continue from the newest complete checkpoint in --checkpoint-dir (a "
+                  "fresh start when there is none); or a checkpoint directory to continue from. "
+                  "--steps and --epochs count from step 0, so a resumed run stops where an "
+                  "uninterrupted one would");
+  cmd->add_option("--nan-policy", o.nan_policy,
+                  "A step with a non-finite loss or gradient: abort (stop, naming the step and the "
+                  "first layer) or skip (drop its update, counted in the log and metrics)")
+      ->check(CLI::IsMember({"abort", "skip"}));
   return cmd;
 }
 
 namespace {
+
+// Signals, with --checkpoint-dir: SIGTERM (preemption) and SIGINT (Ctrl-C) ask for a checkpoint
+// at the end of the current step, then a clean stop (exit status 0); a second one stops at once
+// (the default action). SIGHUP asks for a checkpoint and training goes on. Open MPI's mpirun ends
+// the job on SIGTERM/SIGINT instead of forwarding them, but forwards SIGUSR1 and SIGUSR2 to every
+// rank: SIGUSR1 acts as SIGTERM and SIGUSR2 as SIGHUP. The handler only bumps
+// lock-free counters and write(2)s a line, both async-signal-safe; the trainer polls the counters
+// at step boundaries and the ranks agree on them.
+parallel::RunControl* g_control = nullptr;
+
+void write_stderr(const char* text) {
+  size_t n = 0;
+  while (text[n] != '\0') ++n;
+  ssize_t ignored = ::write(STDERR_FILENO, text, n);
+  (void)ignored;
+}
+
+extern "C" void on_signal(int sig) {
+  if (g_control == nullptr) return;
+  if (sig == SIGHUP || sig == SIGUSR2) {
+    g_control->save.fetch_add(1);
+    write_stderr(sig == SIGHUP ? "strata: SIGHUP: a checkpoint at the end of this step\n"
+                               : "strata: SIGUSR2: a checkpoint at the end of this step\n");
+    return;
+  }
+  g_control->stop.fetch_add(1);
+  std::signal(sig, SIG_DFL);  // a second one stops at once
+  write_stderr(sig == SIGTERM ? "strata: SIGTERM: checkpoint at the end of this step, then stop "
+                                "(send it again to stop at once)\n"
+               : sig == SIGINT
+                   ? "strata: SIGINT: checkpoint at the end of this step, then stop "
+                     "(press Ctrl-C again to stop at once)\n"
+                   : "strata: SIGUSR1: checkpoint at the end of this step, then stop\n");
+}
+
+constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+
+// Installs the handlers for the lifetime of a run and removes them after.
+class SignalScope {
+ public:
+  explicit SignalScope(parallel::RunControl* control) : active_(control != nullptr) {
+    if (!active_) return;
+    g_control = control;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : kSignals) sigaction(sig, &sa, nullptr);
+  }
+  ~SignalScope() {
+    if (!active_) return;
+    for (int sig : kSignals) std::signal(sig, SIG_DFL);
+    g_control = nullptr;
+  }
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+
+ private:
+  bool active_;
+};
 
 // What every rank of this process shares: data, the model's spec, the layout.
 struct Setup {
@@ -232,6 +310,16 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                {"comm timeout", format_number(o.comm_timeout) + " s"},
                {"metrics", o.metrics.empty() ? "off" : o.metrics},
                {"trace", o.trace.empty() ? "off" : o.trace},
+               {"checkpoints",
+                o.checkpoint_dir.empty()
+                    ? "off"
+                    : o.checkpoint_dir + ", " +
+                          (o.save_every > 0 ? "every " + std::to_string(o.save_every) + " steps"
+                                            : "at the end") +
+                          (o.keep_last > 0 ? ", keep " + std::to_string(o.keep_last) : "") +
+                          "; SIGTERM/SIGINT/SIGUSR1 save and stop, SIGHUP/SIGUSR2 save"},
+               {"resume", o.resume.empty() ? "no" : o.resume},
+               {"nan policy", o.nan_policy},
                {"data workers", std::to_string(o.workers)}});
   std::fflush(stdout);
 }
@@ -272,14 +360,32 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   if (rank != 0) return;
   print_stages(summary, setup);
   const MemoryStats mem = allocator.stats();
-  std::printf("done: %lld steps in %s (training %s, %.0f samples/s); peak memory %s%s",
-              static_cast<long long>(summary.steps), format_duration(summary.wall_seconds).c_str(),
-              format_duration(summary.train_seconds).c_str(),
-              summary.train_seconds > 0
-                  ? static_cast<double>(summary.samples) / summary.train_seconds
-                  : 0.0,
-              format_bytes(mem.peak).c_str(),
-              setup.pipeline.stages * setup.pipeline.groups > 1 ? " (rank 0)" : "");
+  if (summary.stopped) {
+    std::printf("stopped at step %lld of %lld on request%s\n",
+                static_cast<long long>(summary.steps), static_cast<long long>(setup.total_steps),
+                summary.last_checkpoint.empty()
+                    ? ""
+                    : ("; checkpoint " + summary.last_checkpoint +
+                       " (continue with --resume auto --checkpoint-dir " + o.checkpoint_dir + ")")
+                          .c_str());
+  }
+  if (summary.skipped_steps > 0) {
+    std::printf("skipped %lld steps with a non-finite loss or gradient (--nan-policy skip)\n",
+                static_cast<long long>(summary.skipped_steps));
+  }
+  std::string resumed;
+  if (summary.first_step > 0) {
+    resumed = " (resumed at step " + std::to_string(summary.first_step) + " from " +
+              summary.resumed_from + ")";
+  }
+  std::printf(
+      "done: %lld steps%s in %s (training %s, %.0f samples/s); peak memory %s%s",
+      static_cast<long long>(summary.steps), resumed.c_str(),
+      format_duration(summary.wall_seconds).c_str(), format_duration(summary.train_seconds).c_str(),
+      summary.train_seconds > 0 ? static_cast<double>(summary.samples) / summary.train_seconds
+                                : 0.0,
+      format_bytes(mem.peak).c_str(),
+      setup.pipeline.stages * setup.pipeline.groups > 1 ? " (rank 0)" : "");
   if (summary.last_eval) {
     std::printf("; test accuracy %.2f%% (top-5 %.2f%%)", 100.0 * summary.last_eval->accuracy,
                 100.0 * summary.last_eval->top5);
@@ -372,6 +478,21 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   config.eval_every = o.eval_every;
   config.num_workers = o.workers;
   config.loss.label_smoothing = o.label_smoothing;
+  config.checkpoint.dir = o.checkpoint_dir;
+  config.checkpoint.save_every = o.save_every;
+  config.checkpoint.keep_last = o.keep_last;
+  config.checkpoint.resume = o.resume;
+  config.nan_policy = parallel::parse_nan_policy(o.nan_policy);
+  STRATA_CHECK(o.save_every >= 0 && o.keep_last >= 0)
+      << "--save-every and --keep-last must be >= 0";
+  STRATA_CHECK(o.save_every == 0 || !o.checkpoint_dir.empty())
+      << "--save-every needs --checkpoint-dir";
+  STRATA_CHECK(o.resume != "auto" || !o.checkpoint_dir.empty())
+      << "--resume auto needs --checkpoint-dir (where to look, and to write)";
+  STRATA_CHECK(o.checkpoint_dir.empty() || parallel::is_synchronous(p.schedule))
+      << "checkpoints (--checkpoint-dir) need a schedule that flushes every step (gpipe, 1f1b), "
+         "not "
+      << o.schedule;
   graph::OptimizerConfig& opt = config.optimizer;
   opt.kind = graph::parse_optimizer(o.optimizer);
   opt.weight_decay = o.weight_decay;
@@ -424,6 +545,9 @@ int run_mpi(const TrainOptions& o, const Device& device) {
                                           static_cast<size_t>(bounds.data<int64_t>()[2 * i + 1])});
     }
     if (world->rank() == 0) print_configuration(o, setup, world->size(), "mpi", device);
+    parallel::RunControl control;
+    if (!o.checkpoint_dir.empty()) setup.config.control = &control;
+    SignalScope signals(setup.config.control);
     const int threads = o.threads;
     run_rank(o, setup, world.get(), threads, device);
     world->barrier("the end of training");
@@ -459,6 +583,9 @@ int run_train(const TrainOptions& o) {
   }
   print_configuration(o, setup, ranks, o.local && ranks > 1 ? "local threads" : "single process",
                       device);
+  parallel::RunControl control;
+  if (!o.checkpoint_dir.empty()) setup.config.control = &control;
+  SignalScope signals(setup.config.control);
   if (ranks == 1) {
     run_rank(o, setup, nullptr, o.threads, device);
     return 0;

@@ -59,6 +59,12 @@ struct TrainOptions {
   bool local = false;
   double comm_timeout = 300.0;  // seconds
   std::string trace;
+  // Checkpoints and reliability.
+  std::string checkpoint_dir;
+  int64_t save_every = 0;
+  int keep_last = 0;
+  std::string resume;  // "", "auto", or a path
+  std::string nan_policy = "abort";
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/exec_context.h"
 #include "graph/layers.h"
 #include "graph/model.h"
 #include "graph/optimizer.h"
@@ -162,6 +163,32 @@ TEST(ParamStore, TiedParameterAcrossStoresIsAnEqualCopy) {
   EXPECT_EQ(last.tied_copies(), std::vector<size_t>{0});
   EXPECT_TRUE(first.tied_copies().empty());
   EXPECT_EQ(first.param(0).to_vector<float>(), last.param(0).to_vector<float>());
+}
+
+TEST(Optimizer, SkipsAStepWithANonFiniteGradientAndNamesTheFirstParameter) {
+  auto m = small_model();
+  ParamStore store(*m, 0, m->size(), default_cpu_allocator());
+  store.initialize(1);
+  OptimizerConfig config;
+  config.kind = OptimizerKind::kAdamW;
+  Optimizer opt(store, config);
+  ExecContext ctx;
+  store.grads().fill_(0.5);
+  opt.step(ctx, 0);  // a finite step: state becomes non-zero
+  const std::vector<float> params = store.params().to_vector<float>();
+  const std::vector<float> m1 = store.state(0).to_vector<float>();
+  store.grad(2).data<float>()[1] = std::nanf("");  // bn.weight
+  store.grad(4).data<float>()[0] = INFINITY;       // fc2.weight
+  const OptimizerStepInfo info = opt.step(ctx, 1);
+  EXPECT_TRUE(info.skipped);
+  EXPECT_EQ(info.first_non_finite, "bn.weight");
+  EXPECT_EQ(store.params().to_vector<float>(), params);
+  EXPECT_EQ(store.state(0).to_vector<float>(), m1);
+  // Without skipping (the old behaviour), the update spreads the NaN.
+  config.skip_non_finite = false;
+  Optimizer unguarded(store, config);
+  EXPECT_FALSE(unguarded.step(ctx, 1).skipped);
+  EXPECT_TRUE(std::isnan(store.param(2).to_vector<float>()[1]));
 }
 
 }  // namespace
