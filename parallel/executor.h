@@ -13,6 +13,16 @@
 // whose forward saw an older version of the weights runs its backward on that version: the
 // executor stashes a copy of the weights whenever a version is still needed by a micro-batch in
 // flight, and swaps it in for the backward (PipeDream's weight stashing).
+//
+// Gradients across data-parallel groups (parallel/grouped_dp.h): with G > 1 the executor's
+// GroupedDp all-reduces the stage's gradients bucket by bucket. The last Backward before a
+// ReduceGrads (the step's last backward pass on this stage) carries a per-layer hook that
+// launches each bucket as soon as its layers are done (--dp-overlap on); ReduceGrads launches
+// whatever is left (everything with --dp-overlap off) and OptimizerStep waits only for this
+// stage's own all-reduces. Tied parameters split between stages are summed across those stages
+// after the data-parallel sum. Without gradient clipping the optimizer step needs nothing from
+// the other stages (the gradient norm is then reported through StepStats::grad_sq and summed by
+// the trainer); with clipping it needs the global norm, an all-reduce over the pipeline.
 #pragma once
 
 #include <chrono>
@@ -29,6 +39,7 @@
 #include "graph/param_store.h"
 #include "ops/cross_entropy.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/grouped_dp.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -62,7 +73,9 @@ struct ExecutorConfig {
   uint64_t seed = 0;
   ops::CrossEntropyOptions loss;
   graph::OptimizerConfig optimizer;
-  int lookahead = 4;  // instructions ahead whose receives are posted early
+  int lookahead = 4;                    // instructions ahead whose receives are posted early
+  GradSyncConfig grad_sync;             // the data-parallel all-reduce (G > 1)
+  GradSyncObserver grad_sync_observer;  // tests: launches, all-reduces, backward ends
 };
 
 struct StepStats {
@@ -74,7 +87,8 @@ struct StepStats {
   int64_t top5 = 0;
   // Every stage.
   double lr = 0.0;
-  double grad_norm = 0.0;  // global (all stages) norm before clipping, at the last update
+  double grad_norm = 0.0;  // with clipping: global norm before clipping, at the last update
+  double grad_sq = 0.0;    // this stage's share of the squared norm (tied copies once)
   int64_t optimizer_steps = 0;
   double busy_seconds = 0.0;  // Forward, Backward, ReduceGrads, OptimizerStep
   double wall_seconds = 0.0;  // the whole program, waits included
@@ -101,6 +115,9 @@ class Executor {
   // Waits for every send to complete and checks that no receive or micro-batch is left over: the
   // end of a synchronous step, or of an asynchronous run.
   void finish();
+  // --dp-delay D > 0: applies the gradients still in flight at the end of a run (up to D
+  // updates). Every rank must call it at the same point. Returns the updates applied.
+  int64_t flush_gradients();
 
   // Forward only, in evaluation mode, of micro-batches [first, first + count) (no tape kept):
   // RecvAct/Forward/SendAct in order. Returns the last stage's loss sum and counts.
@@ -119,10 +136,11 @@ class Executor {
   void post_receive(const Instruction& in, MicroBatchSource& source);
   TensorList take_receive(const Instruction& in);
   void forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats);
-  void backward(int64_t mb);
+  void backward(int64_t mb, bool last_of_update);
   void send(OpCode op, int64_t mb, const TensorList& tensors);
   void reduce_gradients();
   void optimizer_step(StepStats* stats);
+  void apply_update(StepStats* stats);
   void drain_sends();
   std::string describe(const Instruction& in) const;
   InFlight& state(int64_t mb);
@@ -150,6 +168,10 @@ class Executor {
   // Tied parameters split between the first and last stage: this store's gradient views.
   std::vector<Tensor> tied_grads_;
   bool tied_owner_side_ = false;
+  // Data-parallel gradient all-reduce (null with one group); updates_ counts ReduceGrads.
+  std::unique_ptr<GroupedDp> grouped_dp_;
+  int64_t updates_ = 0;
+  bool last_backward_ = false;  // the Backward being executed is the last before a ReduceGrads
 };
 
 }  // namespace strata::parallel

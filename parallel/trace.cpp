@@ -37,9 +37,9 @@ void Trace::record(const Instruction& instruction, std::chrono::steady_clock::ti
 }
 
 void Trace::record_span(const std::string& name, std::chrono::steady_clock::time_point start,
-                        std::chrono::steady_clock::time_point end) {
+                        std::chrono::steady_clock::time_point end, int lane) {
   std::lock_guard<std::mutex> lock(mutex_);
-  events_.push_back({name, -1, 0, micros(start), micros(end) - micros(start)});
+  events_.push_back({name, -1, lane, micros(start), micros(end) - micros(start)});
 }
 
 size_t Trace::size() const {
@@ -71,6 +71,11 @@ std::string Trace::events_json() const {
           {"pid", rank_},
           {"tid", 1},
           {"args", {{"name", "comm"}}}});
+  append({{"ph", "M"},
+          {"name", "thread_name"},
+          {"pid", rank_},
+          {"tid", kGradSyncLane},
+          {"args", {{"name", "dp all-reduce"}}}});
   for (const Event& e : events_) {
     std::string name = e.name;
     if (e.micro_batch >= 0) name += " " + std::to_string(e.micro_batch);
@@ -80,7 +85,7 @@ std::string Trace::events_json() const {
                      {"tid", e.lane},
                      {"ts", e.start_us},
                      {"dur", e.duration_us},
-                     {"cat", e.lane == 0 ? "compute" : "comm"}};
+                     {"cat", e.lane == 0 ? "compute" : (e.lane == 1 ? "comm" : "dp")}};
     if (e.micro_batch >= 0) j["args"] = {{"micro_batch", e.micro_batch}, {"stage", stage_}};
     append(j);
   }

@@ -19,9 +19,11 @@ class Trace {
   Trace(int rank, int group, int stage);
   void record(const Instruction& instruction, std::chrono::steady_clock::time_point start,
               std::chrono::steady_clock::time_point end);
-  // A named span that is not an instruction (an evaluation, a data wait).
+  static constexpr int kGradSyncLane = 2;  // the "dp all-reduce" thread of the trace
+  // A named span that is not an instruction (an evaluation, a data wait, an all-reduce), on
+  // lane 0 (compute), 1 (comm) or kGradSyncLane. Thread-safe.
   void record_span(const std::string& name, std::chrono::steady_clock::time_point start,
-                   std::chrono::steady_clock::time_point end);
+                   std::chrono::steady_clock::time_point end, int lane = 0);
   size_t size() const;
   // This rank's events as JSON objects joined by commas (no brackets), for merging.
   std::string events_json() const;
@@ -33,7 +35,7 @@ class Trace {
   struct Event {
     std::string name;
     int64_t micro_batch;
-    int lane;  // 0 compute, 1 communication
+    int lane;  // 0 compute, 1 communication, 2 grouped data-parallel all-reduce
     double start_us, duration_us;
   };
   double micros(std::chrono::steady_clock::time_point t) const;

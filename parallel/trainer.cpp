@@ -242,6 +242,8 @@ TrainSummary Trainer::run() {
   ec.loss = config_.loss;
   ec.optimizer = config_.optimizer;
   ec.optimizer.schedule.total_steps = std::max(ec.optimizer.schedule.total_steps, total);
+  ec.grad_sync = pipeline_.grad_sync;
+  ec.grad_sync_observer = pipeline_.grad_sync_observer;
   Executor executor(
       ctx_, *model_, *store_,
       {stage_, S, pipeline_.partition[stage_].first, pipeline_.partition[stage_].second}, comms, ec,
@@ -268,14 +270,18 @@ TrainSummary Trainer::run() {
     const auto step_start = Clock::now();
     const Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
                                  : async_segments[step];
-    const StepStats stats = executor.run(program, source);
+    StepStats stats = executor.run(program, source);
+    if (step + 1 == total) executor.flush_gradients();  // --dp-delay: the last D gradients
     if (sync) executor.finish();
     source.release_before(sync ? step + 1 : std::max<int64_t>(0, step - 1));
     report.busy_seconds += stats.busy_seconds;
     report.wall_seconds += stats.wall_seconds;
     // Loss and counts from the last stages; samples from the loader's arithmetic.
-    std::vector<double> m{stats.loss, static_cast<double>(stats.counted)};
+    // The gradient norm: every stage's share, counted once (group 0; replicas agree).
+    std::vector<double> m{stats.loss, static_cast<double>(stats.counted),
+                          group_ == 0 ? stats.grad_sq : 0.0};
     world_sum(world_, &m, "step metrics");
+    stats.grad_norm = std::sqrt(std::max(m[2], 0.0));
     // Async: M updates per segment, each loss the mean of its micro-batch over the groups.
     const double loss = sync ? m[0] : m[0] / static_cast<double>(M);
     STRATA_CHECK(std::isfinite(loss))
