@@ -27,8 +27,8 @@ class LinearClasses final : public io::Dataset {
       : n_(n),
         features_(features),
         classes_(classes),
-        x_(testing::random_tensor({n, features}, 11, -1, 1, DType::kF32)),
-        w_(testing::random_tensor({classes, features}, 12, -1, 1, DType::kF64)) {}
+        x_(strata::testing::random_tensor({n, features}, 11, -1, 1, DType::kF32)),
+        w_(strata::testing::random_tensor({classes, features}, 12, -1, 1, DType::kF64)) {}
   std::string name() const override { return "linear-classes"; }
   int64_t size() const override { return n_; }
   io::SampleSpec input_spec() const override { return {{features_}, DType::kF32}; }
