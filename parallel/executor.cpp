@@ -285,6 +285,13 @@ void Executor::backward(int64_t mb, bool last_of_update) {
 }
 
 void Executor::reduce_gradients() {
+  if (grouped_dp_ != nullptr && !config_.grad_sync.overlap && comms_.pipe != nullptr &&
+      comms_.pipe->size() > 1) {
+    // --dp-overlap off, the paper's naive solution: no all-reduce before the whole pipeline's
+    // backward is done (the first stage finishes last).
+    comms_.pipe->barrier("ReduceGrads (--dp-overlap off: the end of the whole backward) on stage " +
+                         std::to_string(range_.stage));
+  }
   if (grouped_dp_ != nullptr) grouped_dp_->end_backward(updates_);
   ++updates_;
 }

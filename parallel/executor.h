@@ -18,8 +18,9 @@
 // GroupedDp all-reduces the stage's gradients bucket by bucket. The last Backward before a
 // ReduceGrads (the step's last backward pass on this stage) carries a per-layer hook that
 // launches each bucket as soon as its layers are done (--dp-overlap on); ReduceGrads launches
-// whatever is left (everything with --dp-overlap off) and OptimizerStep waits only for this
-// stage's own all-reduces. Tied parameters split between stages are summed across those stages
+// whatever is left and OptimizerStep waits only for this stage's own all-reduces. With
+// --dp-overlap off ReduceGrads first waits for every stage of the group to finish its backward
+// (a barrier over the pipeline communicator), then launches every bucket and waits for them. Tied parameters split between stages are summed across those stages
 // after the data-parallel sum. Without gradient clipping the optimizer step needs nothing from
 // the other stages (the gradient norm is then reported through StepStats::grad_sq and summed by
 // the trainer); with clipping it needs the global norm, an all-reduce over the pipeline.

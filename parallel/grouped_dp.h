@@ -19,8 +19,9 @@
 // all-reduces; it never waits for another stage's.
 //
 // Overlap off (--dp-overlap off). The same buckets, launched together after the whole backward
-// (the ReduceGrads instruction) and waited at once: the paper's "naive solution" of a
-// synchronisation phase between backward and update (Fig. 8). The reduced values do not depend
+// of the pipeline (the executor's ReduceGrads meets the group's other stages in a barrier first)
+// and waited at once: the paper's "naive solution" of one synchronisation phase between the
+// backward pass and the update (Fig. 8). The reduced values do not depend
 // on when a bucket is launched, only on its contents and size, so on and off give bitwise
 // identical weights on every backend.
 //
