@@ -166,6 +166,14 @@ TEST(GroupedDp, OverlapOnAndOffGiveIdenticalWeights) {
                               train_local(spec, off, train_config(4)).weights(), 0.0));
     }
   }
+  // The asynchronous schedule reduces after every backward; the barrier of overlap off pairs
+  // the stages' k-th ReduceGrads without deadlock.
+  PipelineConfig on = layout(2, 2, 4, 8, ScheduleKind::kAsync1F1B);
+  on.grad_sync.bucket_mb = 1e-9;
+  PipelineConfig off = on;
+  off.grad_sync.overlap = false;
+  EXPECT_TRUE(same_values(train_local(spec, on, train_config(3)).weights(),
+                          train_local(spec, off, train_config(3)).weights(), 0.0));
 }
 
 TEST(GroupedDp, DelayIsStalenessOfDSteps) {
