@@ -124,7 +124,8 @@ TensorList Model::forward(ExecContext& ctx, size_t begin, size_t end, const Tens
 }
 
 TensorList Model::backward(ExecContext& ctx, size_t begin, size_t end,
-                           const TensorList& grad_outputs, Tape& tape, LayerProfiler* profiler) {
+                           const TensorList& grad_outputs, Tape& tape, LayerProfiler* profiler,
+                           const std::function<void(size_t)>& after_layer) {
   using Clock = std::chrono::steady_clock;
   check_range(begin, end);
   STRATA_CHECK_EQ(tape.layers.size(), end - begin)
@@ -144,6 +145,7 @@ TensorList Model::backward(ExecContext& ctx, size_t begin, size_t end,
     if (profiler != nullptr) {
       profiler->record_backward(i, std::chrono::duration<double>(Clock::now() - start).count());
     }
+    if (after_layer) after_layer(i);
   }
   return grads;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,8 +66,11 @@ class Model {
                      Tape& tape, const ForwardOptions& options, LayerProfiler* profiler = nullptr);
   // Runs layers [begin, end) backward from the gradients of the range's outputs, consuming the
   // tape. Returns the gradients of the range's inputs (undefined for the model's data input).
+  // `after_layer(i)`, when given, runs once layer i's backward is done (its parameter gradients
+  // final for this pass): the hook that launches gradient all-reduces early.
   TensorList backward(ExecContext& ctx, size_t begin, size_t end, const TensorList& grad_outputs,
-                      Tape& tape, LayerProfiler* profiler = nullptr);
+                      Tape& tape, LayerProfiler* profiler = nullptr,
+                      const std::function<void(size_t)>& after_layer = nullptr);
 
   // One line per layer: index, name, type, output shape, parameter count.
   std::string summary() const;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "engine/check.h"
@@ -107,6 +108,16 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
     STRATA_CHECK(!tied_grads_.empty())
         << "executor: stage " << range.stage << " was given a tied-parameter communicator but "
         << "holds no tied parameter";
+  }
+  check_grad_sync(config.grad_sync);
+  STRATA_CHECK(config.grad_sync.delay == 0 || is_synchronous(config.kind))
+      << "--dp-delay " << config.grad_sync.delay << " needs a synchronous schedule (gpipe or "
+      << "1f1b); " << schedule_name(config.kind) << " already updates without a flush";
+  if (comms.dp != nullptr && comms.dp->size() > 1) {
+    // A communicator of its own for the communication thread (collective over the groups).
+    grouped_dp_ =
+        std::make_unique<GroupedDp>(comms.dp->split(0, comms.dp->rank()), store, config.grad_sync,
+                                    range.stage, trace, config.grad_sync_observer);
   }
 }
 
@@ -281,7 +292,7 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   }
 }
 
-void Executor::backward(int64_t mb) {
+void Executor::backward(int64_t mb, bool last_of_update) {
   auto it = in_flight_.find(mb);
   STRATA_CHECK(it != in_flight_.end() && !it->second->tape.layers.empty())
       << "executor: Backward(mb " << mb << ") on stage " << range_.stage << " before its Forward";
@@ -296,7 +307,13 @@ void Executor::backward(int64_t mb) {
     current = store_.params().clone();
     store_.params().copy_from(stashed->second);
   }
-  TensorList grad_inputs = model_.backward(ctx_, range_.begin, range_.end, grads, f.tape);
+  // The update's last backward pass launches each gradient bucket once its layers are done.
+  std::function<void(size_t)> hook;
+  if (last_of_update && grouped_dp_ != nullptr && config_.grad_sync.overlap) {
+    hook = [this](size_t layer) { grouped_dp_->layer_done(updates_, layer); };
+  }
+  TensorList grad_inputs =
+      model_.backward(ctx_, range_.begin, range_.end, grads, f.tape, nullptr, hook);
   if (current.defined()) store_.params().copy_from(current);
   if (!first_stage()) f.grad_inputs = std::move(grad_inputs);
   f.tape.clear();  // marks the micro-batch as no longer needing its weight version
@@ -314,22 +331,43 @@ void Executor::backward(int64_t mb) {
 
 void Executor::reduce_gradients() {
   const auto start = Clock::now();
-  if (comms_.tied != nullptr) {
-    for (const Tensor& g : tied_grads_) {
-      auto r = comms_.tied->all_reduce(g);
-      r->wait(comms_.tied->timeout(),
-              "ReduceGrads (tied parameters) on stage " + std::to_string(range_.stage));
-    }
+  if (grouped_dp_ != nullptr && !config_.grad_sync.overlap && comms_.pipe != nullptr &&
+      comms_.pipe->size() > 1) {
+    // --dp-overlap off, the paper's naive solution: no all-reduce before the whole pipeline's
+    // backward is done (the first stage finishes last).
+    comms_.pipe->barrier("ReduceGrads (--dp-overlap off: the end of the whole backward) on stage " +
+                         std::to_string(range_.stage));
   }
-  if (comms_.dp != nullptr && comms_.dp->size() > 1) {
-    auto r = comms_.dp->all_reduce(store_.grads());
-    r->wait(comms_.dp->timeout(),
-            "ReduceGrads (data-parallel groups) on stage " + std::to_string(range_.stage));
-  }
+  if (grouped_dp_ != nullptr) grouped_dp_->end_backward(updates_);
+  ++updates_;
   collective_seconds_ += seconds_since(start);
 }
 
 void Executor::optimizer_step(StepStats* stats) {
+  // The gradient this update applies: this one's, or (--dp-delay D) the one of D updates ago.
+  if (grouped_dp_ != nullptr) {
+    const auto start = Clock::now();
+    const bool ready = grouped_dp_->gradients_for(updates_ - 1);
+    collective_seconds_ += seconds_since(start);
+    if (!ready) {
+      store_.zero_grads();  // the first D updates only launch their all-reduce
+      return;
+    }
+  }
+  apply_update(stats);
+}
+
+void Executor::apply_update(StepStats* stats) {
+  // Tied parameters split between stages: after the sum over the groups, the sum of the copies.
+  const auto tied_start = Clock::now();
+  if (comms_.tied != nullptr) {
+    for (const Tensor& g : tied_grads_) {
+      auto r = comms_.tied->all_reduce(g);
+      r->wait(comms_.tied->timeout(),
+              "OptimizerStep (tied parameters) on stage " + std::to_string(range_.stage));
+    }
+  }
+  collective_seconds_ += seconds_since(tied_start);
   // Versions still needed by a micro-batch in flight are stashed before the update.
   for (const auto& [mb, f] : in_flight_) {
     if (!f->tape.layers.empty() && f->weight_version == optimizer_steps_ &&
@@ -337,9 +375,18 @@ void Executor::optimizer_step(StepStats* stats) {
       stash_[optimizer_steps_] = store_.params().clone();
     }
   }
-  graph::Optimizer::GlobalSum global_sum;
-  if (comms_.pipe != nullptr && comms_.pipe->size() > 1) {
-    global_sum = [this](double local) {
+  // Only clipping and agreed skips (ExecutorConfig::global_norm) need the global norm before the
+  // update; otherwise the stage's share goes into the step's statistics and the optimizer waits
+  // for no other stage.
+  double local_sq = 0.0;
+  graph::Optimizer::GlobalSum global_sum = [&local_sq](double local) {
+    local_sq = local;
+    return local;
+  };
+  if (comms_.pipe != nullptr && comms_.pipe->size() > 1 &&
+      (config_.optimizer.clip_grad_norm > 0 || config_.global_norm)) {
+    global_sum = [this, &local_sq](double local) {
+      local_sq = local;
       const auto start = Clock::now();
       Tensor t = Tensor::full({1}, local, DType::kF64);
       auto r = comms_.pipe->all_reduce(t);
@@ -354,11 +401,24 @@ void Executor::optimizer_step(StepStats* stats) {
   ++optimizer_steps_;
   stats->lr = info.lr;
   stats->grad_norm = info.grad_norm;
+  stats->grad_sq = local_sq;
   ++stats->optimizer_steps;
   if (info.skipped) {
     ++stats->skipped_steps;
     stats->first_non_finite = info.first_non_finite;
   }
+}
+
+int64_t Executor::flush_gradients() {
+  if (grouped_dp_ == nullptr) return 0;
+  int64_t applied = 0;
+  StepStats ignored;
+  for (int64_t update : grouped_dp_->pending_updates()) {
+    grouped_dp_->take_gradients(update);
+    apply_update(&ignored);
+    ++applied;
+  }
+  return applied;
 }
 
 void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStats* stats) {
@@ -396,7 +456,17 @@ void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepS
       break;
     }
     case OpCode::kBackward:
-      backward(in.micro_batch);
+      backward(in.micro_batch, last_backward_);
+      if (config_.grad_sync_observer) {
+        GradSyncEvent e;
+        e.kind = GradSyncEvent::kBackwardEnd;
+        e.stage = range_.stage;
+        e.group = comms_.dp != nullptr ? comms_.dp->rank() : 0;
+        e.update = updates_;
+        e.micro_batch = in.micro_batch;
+        e.time = Clock::now();
+        config_.grad_sync_observer(e);
+      }
       if (first_stage()) in_flight_.erase(in.micro_batch);
       break;
     case OpCode::kSendGrad: {
@@ -425,6 +495,17 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
       post_receives(program, i, source);
       poll_transfers();  // a transfer seen in flight here was in flight when the instruction began
     }
+    if (program[i].op == OpCode::kBackward) {
+      // The last backward of an update: the next Backward or ReduceGrads is a ReduceGrads.
+      last_backward_ = false;
+      for (size_t j = i + 1; j < program.size(); ++j) {
+        if (program[j].op == OpCode::kBackward) break;
+        if (program[j].op == OpCode::kReduceGrads) {
+          last_backward_ = true;
+          break;
+        }
+      }
+    }
     execute(program[i], source, &stats);
     if (range_.stages > 1) poll_transfers();
   }
@@ -438,6 +519,8 @@ void Executor::finish() {
                                   << receives_.size() << " receives still posted";
   STRATA_CHECK(in_flight_.empty()) << "executor: stage " << range_.stage << " finished with "
                                    << in_flight_.size() << " micro-batches in flight";
+  STRATA_CHECK(grouped_dp_ == nullptr || config_.grad_sync.delay > 0 || grouped_dp_->idle())
+      << "executor: stage " << range_.stage << " finished with gradient all-reduces pending";
   stash_.clear();
 }
 

@@ -16,6 +16,18 @@
 // whose forward saw an older version of the weights runs its backward on that version: the
 // executor stashes a copy of the weights whenever a version is still needed by a micro-batch in
 // flight, and swaps it in for the backward (PipeDream's weight stashing).
+//
+// Gradients across data-parallel groups (parallel/grouped_dp.h): with G > 1 the executor's
+// GroupedDp all-reduces the stage's gradients bucket by bucket. The last Backward before a
+// ReduceGrads (the step's last backward pass on this stage) carries a per-layer hook that
+// launches each bucket as soon as its layers are done (--dp-overlap on); ReduceGrads launches
+// whatever is left and OptimizerStep waits only for this stage's own all-reduces. With
+// --dp-overlap off ReduceGrads first waits for every stage of the group to finish its backward
+// (a barrier over the pipeline communicator), then launches every bucket and waits for them. Tied
+// parameters split between stages are summed across those stages after the data-parallel sum.
+// Without gradient clipping the optimizer step needs nothing from the other stages (the gradient
+// norm is then reported through StepStats::grad_sq and summed by the trainer); with clipping it
+// needs the global norm, an all-reduce over the pipeline.
 #pragma once
 
 #include <chrono>
@@ -32,6 +44,7 @@
 #include "graph/param_store.h"
 #include "ops/cross_entropy.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/grouped_dp.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -66,7 +79,13 @@ struct ExecutorConfig {
   ops::CrossEntropyOptions loss;
   graph::OptimizerConfig optimizer;
   int lookahead = 4;       // instructions ahead whose receives are posted early
-  int64_t first_step = 0;  // optimizer steps already done (a resumed run): the LR schedule's step
+  int64_t first_step = 0;  // optimizer steps already done (a resumed run)
+  // All-reduce the gradient norm over the stages before every update even without clipping, so
+  // that every stage skips the same non-finite updates (--nan-policy skip). Otherwise a stage's
+  // update waits for no other stage.
+  bool global_norm = false;
+  GradSyncConfig grad_sync;             // the data-parallel all-reduce (G > 1)
+  GradSyncObserver grad_sync_observer;  // tests: launches, all-reduces, backward ends
 };
 
 struct StepStats {
@@ -78,7 +97,8 @@ struct StepStats {
   int64_t top5 = 0;
   // Every stage.
   double lr = 0.0;
-  double grad_norm = 0.0;  // global (all stages) norm before clipping, at the last update
+  double grad_norm = 0.0;  // with clipping: global norm before clipping, at the last update
+  double grad_sq = 0.0;    // this stage's share of the squared norm (tied copies once)
   int64_t optimizer_steps = 0;
   // Updates skipped for a non-finite gradient (graph::OptimizerConfig::skip_non_finite), and the
   // first parameter of this stage with one at the last of them (empty: finite here).
@@ -111,6 +131,9 @@ class Executor {
   // Waits for every send to complete and checks that no receive or micro-batch is left over: the
   // end of a synchronous step, or of an asynchronous run.
   void finish();
+  // --dp-delay D > 0: applies the gradients still in flight at the end of a run (up to D
+  // updates). Every rank must call it at the same point. Returns the updates applied.
+  int64_t flush_gradients();
 
   // Forward only, in evaluation mode, of micro-batches [first, first + count) (no tape kept):
   // RecvAct/Forward/SendAct in order. Returns the last stage's loss sum and counts.
@@ -130,10 +153,11 @@ class Executor {
   void post_receive(const Instruction& in, MicroBatchSource& source);
   TensorList take_receive(const Instruction& in);
   void forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats);
-  void backward(int64_t mb);
+  void backward(int64_t mb, bool last_of_update);
   void send(OpCode op, int64_t mb, const TensorList& tensors);
   void reduce_gradients();
   void optimizer_step(StepStats* stats);
+  void apply_update(StepStats* stats);
   void drain_sends();
   // Tests the pending receives and sends: frees the buffers of completed sends and records the
   // transfers that completed since the last call (trace).
@@ -167,6 +191,10 @@ class Executor {
   // Tied parameters split between the first and last stage: this store's gradient views.
   std::vector<Tensor> tied_grads_;
   bool tied_owner_side_ = false;
+  // Data-parallel gradient all-reduce (null with one group); updates_ counts ReduceGrads.
+  std::unique_ptr<GroupedDp> grouped_dp_;
+  int64_t updates_ = 0;
+  bool last_backward_ = false;  // the Backward being executed is the last before a ReduceGrads
 };
 
 }  // namespace strata::parallel

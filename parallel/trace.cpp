@@ -40,14 +40,14 @@ void Trace::record_transfer(const Instruction& instruction, int peer,
                             std::chrono::steady_clock::time_point posted,
                             std::chrono::steady_clock::time_point completed) {
   std::lock_guard<std::mutex> lock(mutex_);
-  events_.push_back({opcode_name(instruction.op), instruction.micro_batch, 2, micros(posted),
-                     micros(completed) - micros(posted), peer});
+  events_.push_back({opcode_name(instruction.op), instruction.micro_batch, kTransferLane,
+                     micros(posted), micros(completed) - micros(posted), peer});
 }
 
 void Trace::record_span(const std::string& name, std::chrono::steady_clock::time_point start,
-                        std::chrono::steady_clock::time_point end) {
+                        std::chrono::steady_clock::time_point end, int lane) {
   std::lock_guard<std::mutex> lock(mutex_);
-  events_.push_back({name, -1, 0, micros(start), micros(end) - micros(start)});
+  events_.push_back({name, -1, lane, micros(start), micros(end) - micros(start)});
 }
 
 size_t Trace::size() const {
@@ -82,12 +82,17 @@ std::string Trace::events_json() const {
   append({{"ph", "M"},
           {"name", "thread_name"},
           {"pid", rank_},
-          {"tid", 2},
+          {"tid", kTransferLane},
           {"args", {{"name", "transfers"}}}});
+  append({{"ph", "M"},
+          {"name", "thread_name"},
+          {"pid", rank_},
+          {"tid", kGradSyncLane},
+          {"args", {{"name", "dp all-reduce"}}}});
   for (const Event& e : events_) {
     std::string name = e.name;
     if (e.micro_batch >= 0) name += " " + std::to_string(e.micro_batch);
-    static const char* const kCategory[] = {"compute", "comm", "transfer"};
+    static const char* const kCategory[] = {"compute", "comm", "transfer", "dp"};
     nlohmann::json j{{"ph", "X"},
                      {"name", name},
                      {"pid", rank_},

@@ -27,9 +27,12 @@ class Trace {
   void record_transfer(const Instruction& instruction, int peer,
                        std::chrono::steady_clock::time_point posted,
                        std::chrono::steady_clock::time_point completed);
-  // A named span that is not an instruction (an evaluation, a data wait).
+  static constexpr int kTransferLane = 2;  // the "transfers" thread of the trace
+  static constexpr int kGradSyncLane = 3;  // the "dp all-reduce" thread of the trace
+  // A named span that is not an instruction (an evaluation, a data wait, an all-reduce), on
+  // lane 0 (compute), 1 (comm) or kGradSyncLane. Thread-safe.
   void record_span(const std::string& name, std::chrono::steady_clock::time_point start,
-                   std::chrono::steady_clock::time_point end);
+                   std::chrono::steady_clock::time_point end, int lane = 0);
   size_t size() const;
   // This rank's events as JSON objects joined by commas (no brackets), for merging.
   std::string events_json() const;
@@ -41,7 +44,7 @@ class Trace {
   struct Event {
     std::string name;
     int64_t micro_batch;
-    int lane;  // 0 compute, 1 communication instructions, 2 transfers
+    int lane;  // 0 compute, 1 communication instructions, 2 transfers, 3 grouped dp all-reduce
     double start_us, duration_us;
     int peer = -1;  // transfers: the other stage
   };

@@ -172,6 +172,13 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
                (config.checkpoint.dir.empty() && config.checkpoint.resume.empty()))
       << "checkpoints need a schedule that flushes at step boundaries (gpipe, 1f1b), not "
       << schedule_name(pipeline.schedule);
+  // The delayed all-reduces in flight (--dp-delay) are not part of a checkpoint yet: a resumed
+  // run would lose D updates' gradients, so the combination is refused rather than inexact.
+  STRATA_CHECK(pipeline.grad_sync.delay == 0 ||
+               (config.checkpoint.dir.empty() && config.checkpoint.resume.empty()))
+      << "--dp-delay " << pipeline.grad_sync.delay
+      << " cannot be combined with --checkpoint-dir/--resume: checkpoints do not hold the "
+         "gradients still in flight";
   STRATA_CHECK(config.checkpoint.save_every >= 0 && config.checkpoint.keep_last >= 0)
       << "--save-every and --keep-last must be >= 0";
   STRATA_CHECK(config.checkpoint.save_every == 0 || !config.checkpoint.dir.empty())
@@ -388,7 +395,11 @@ TrainSummary Trainer::run() {
   ec.optimizer = config_.optimizer;
   ec.optimizer.schedule.total_steps = std::max(ec.optimizer.schedule.total_steps, total);
   ec.optimizer.skip_non_finite = true;  // both NaN policies keep the weights of a bad step
+  // --nan-policy skip: every stage skips the same updates, so they agree on the global norm.
+  ec.global_norm = config_.nan_policy == NanPolicy::kSkip;
   ec.first_step = start_step_;
+  ec.grad_sync = pipeline_.grad_sync;
+  ec.grad_sync_observer = pipeline_.grad_sync_observer;
   Executor executor(
       ctx_, *model_, *store_,
       {stage_, S, pipeline_.partition[stage_].first, pipeline_.partition[stage_].second}, comms, ec,
@@ -426,15 +437,18 @@ TrainSummary Trainer::run() {
     const auto step_start = Clock::now();
     const Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
                                  : async_segments[step];
-    const StepStats stats = executor.run(program, source);
+    StepStats stats = executor.run(program, source);
+    if (step + 1 == total) executor.flush_gradients();  // --dp-delay: the last D gradients
     if (sync) executor.finish();
     source.release_before(sync ? step + 1 : std::max<int64_t>(0, step - 1));
     report.busy_seconds += stats.busy_seconds;
     // Loss and counts from the last stages; samples from the loader's arithmetic; skipped
-    // updates (every rank decides alike: the gradient norm is global).
+    // updates; the gradient norm: every stage's share, counted once (group 0; replicas agree).
     std::vector<double> m{stats.loss, static_cast<double>(stats.counted),
-                          static_cast<double>(stats.skipped_steps)};
+                          static_cast<double>(stats.skipped_steps),
+                          group_ == 0 ? stats.grad_sq : 0.0};
     world_sum(world_, &m, "step metrics");
+    stats.grad_norm = std::sqrt(std::max(m[3], 0.0));
     // The step ends for every rank when the last one is done (the sum above waited for it).
     report.wall_seconds += seconds_since(step_start);
     // Async: M updates per segment, each loss the mean of its micro-batch over the groups.

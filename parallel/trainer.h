@@ -27,6 +27,7 @@
 #include "io/proto/strata.pb.h"
 #include "ops/cross_entropy.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/grouped_dp.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -87,6 +88,9 @@ struct PipelineConfig {
   // every layer (S = 1 only); tools/ resolves --partition into ranges.
   std::vector<std::pair<size_t, size_t>> partition;
   std::string trace_path;  // Chrome trace of every instruction (written by rank 0)
+  // Gradient all-reduce across the groups (parallel/grouped_dp.h): overlap, buckets, delay.
+  GradSyncConfig grad_sync;
+  GradSyncObserver grad_sync_observer;  // tests: called on every rank's threads
 };
 
 // Steps that will run with this config over a dataset of `train_size` samples.

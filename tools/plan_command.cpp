@@ -1,6 +1,7 @@
 // `strata plan`: per-layer costs (a profile JSON, or a short profiling run at the micro-batch
 // size), then the balanced partition (parallel/partition), the uniform one and optionally a
-// manual one, each with per-stage compute, send time and memory. The step time is predicted by
+// manual one, and GroPipe's projection partition (AMPA, parallel/partition/projection.h), each
+// with per-stage compute, send time and memory. The step time is predicted by
 // simulating the schedule's instruction lists with each stage's cost per micro-batch (forward +
 // send of its activations, backward), so the bubble of the chosen schedule and the imbalance of
 // the stages are both in it.
@@ -16,6 +17,7 @@
 #include "engine/allocator.h"
 #include "engine/check.h"
 #include "parallel/partition/partition.h"
+#include "parallel/partition/projection.h"
 #include "parallel/schedule/schedule.h"
 #include "tools/common.h"
 
@@ -93,6 +95,13 @@ void print_prediction(const std::string& title, const Prediction& p,
   }
   std::printf("  slowest stage: %zu, %.3f ms per micro-batch\n", plan.slowest_stage,
               plan.slowest_ms);
+  std::vector<double> forward, backward;
+  for (const parallel::StageEstimate& e : plan.stages) {
+    forward.push_back(e.forward_ms + e.send_ms);
+    backward.push_back(e.backward_ms);
+  }
+  std::printf("  GroPipe projection (Eqs. 1-7, T_F + T_B): %.3f ms\n",
+              parallel::projected_step_time(forward, backward, po.micro_batches));
   const double ideal = static_cast<double>(po.micro_batches) * plan.slowest_ms;
   std::printf(
       "  predicted %s: %.3f ms (bubble %.1f%%); %lld x slowest stage = %.3f ms\n",
@@ -176,12 +185,25 @@ int run_plan(const PlanOptions& o) {
     std::printf("\nbalanced partition: none: %s\n", e.what());
   }
   if (balanced)
-    print_prediction("balanced partition (slowest stage minimized)", *balanced, names, po);
+    print_prediction("balanced partition (--partitioner dp: slowest stage minimized)", *balanced,
+                     names, po);
+  parallel::AmpaResult ampa;
+  const Prediction projection =
+      predict(parallel::projection_partition(costs, o.stages, po, {}, &ampa), po);
+  char title[160];
+  std::snprintf(title, sizeof(title),
+                "projection partition (--partitioner projection: GroPipe AMPA, %s after %lld "
+                "moves, PD/mu %.4f)",
+                ampa.criterion_met ? "criterion met" : "best seen",
+                static_cast<long long>(ampa.moves), ampa.dispersion);
+  print_prediction(title, projection, names, po);
   const parallel::Partition uniform = parallel::uniform_partition(names.size(), o.stages);
   const Prediction even = predict(parallel::evaluate_partition(costs, uniform, po), po);
   print_prediction("uniform partition (by layer count)", even, names, po);
   if (balanced) {
-    std::printf("\nbalanced vs uniform: %.3f ms vs %.3f ms predicted (%.2fx)\n",
+    std::printf("\nbalanced (dp) vs projection: %.3f ms vs %.3f ms predicted step time\n",
+                balanced->simulation.makespan, projection.simulation.makespan);
+    std::printf("balanced vs uniform: %.3f ms vs %.3f ms predicted (%.2fx)\n",
                 balanced->simulation.makespan, even.simulation.makespan,
                 balanced->simulation.makespan > 0
                     ? even.simulation.makespan / balanced->simulation.makespan

@@ -27,6 +27,7 @@
 #include "ops/lr_schedule.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/partition/partition.h"
+#include "parallel/partition/projection.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
 #include "tools/common.h"
@@ -126,6 +127,21 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "profile the model at start");
   cmd->add_option("--bandwidth", o.bandwidth_gbps,
                   "Link bandwidth between stages in GB/s, for --partition auto");
+  cmd->add_option("--partitioner", o.partitioner,
+                  "Partitioner of --partition auto: dp (minimize the slowest stage exactly) or "
+                  "projection (GroPipe's AMPA with its performance projection)")
+      ->check(CLI::IsMember({"dp", "projection"}));
+  cmd->add_option("--dp-overlap", o.dp_overlap,
+                  "Gradient all-reduce across groups: on (per bucket, launched as soon as its "
+                  "layers' last backward is done, overlapping the rest of backward) or off (after "
+                  "the whole backward)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--dp-bucket-mb", o.dp_bucket_mb,
+                  "Gradient bucket size in MiB for the all-reduce across groups (0 = one bucket "
+                  "per stage)");
+  cmd->add_option("--dp-delay", o.dp_delay,
+                  "Apply the all-reduced gradient D steps late so the all-reduce may span whole "
+                  "steps (stale gradients; 0 = synchronous; needs --groups > 1 and gpipe/1f1b)");
   cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
   cmd->add_option("--comm-timeout", o.comm_timeout,
                   "Seconds any rank waits for a peer before failing with what it waited for");
@@ -258,6 +274,7 @@ parallel::Partition decide_partition(const TrainOptions& o, const Setup& setup,
   po.bandwidth_bytes_per_second = o.bandwidth_gbps * 1e9;
   po.mem_limit_bytes = o.mem_limit.empty() ? 0.0 : static_cast<double>(parse_bytes(o.mem_limit));
   po.optimizer_slots = o.optimizer == "sgd" ? 1 : 2;
+  if (o.partitioner == "projection") return parallel::projection_partition(costs, S, po).partition;
   return parallel::balanced_partition(costs, S, po).partition;
 }
 
@@ -272,6 +289,15 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                  s.layer_names[p.partition[i].second - 1];
   }
   const graph::OptimizerConfig& opt = s.config.optimizer;
+  // --partition auto names its partitioner; G > 1 says how gradients cross the groups.
+  const std::string how = o.partition == "auto" ? "auto, " + o.partitioner : o.partition;
+  const std::string grad_sync =
+      p.groups == 1
+          ? "none (one group)"
+          : "all-reduce over " + std::to_string(p.groups) + " groups, overlap " + o.dp_overlap +
+                ", buckets " +
+                (o.dp_bucket_mb > 0 ? format_number(o.dp_bucket_mb) + " MiB" : "per stage") +
+                ", delay " + std::to_string(o.dp_delay);
   print_table({{"model", s.spec.name() + (o.model_spec.empty() ? "" : " (" + o.model_spec + ")")},
                {"parameters", std::to_string(s.num_params)},
                {"dataset", s.dataset_line},
@@ -289,7 +315,8 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                                 std::to_string(p.micro_batches) + " micro-batch" +
                                 (p.micro_batches == 1 ? "" : "es") + " of " +
                                 std::to_string(o.batch_size / p.groups / p.micro_batches)},
-               {"partition", p.stages == 1 ? "all layers" : partition + " (" + o.partition + ")"},
+               {"partition", p.stages == 1 ? "all layers" : partition + " (" + how + ")"},
+               {"gradient sync", grad_sync},
                {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
                {"steps", std::to_string(s.total_steps)},
                {"batch size", std::to_string(o.batch_size)},
@@ -467,6 +494,16 @@ Setup make_setup(const TrainOptions& o, int world_size) {
       << "--micro-batches " << o.micro_batches << " does not divide the batch of each group ("
       << o.batch_size << " / " << p.groups << " = " << o.batch_size / p.groups << ")";
   STRATA_CHECK(o.comm_timeout > 0) << "--comm-timeout must be positive";
+  p.grad_sync.overlap = o.dp_overlap == "on";
+  p.grad_sync.bucket_mb = o.dp_bucket_mb;
+  p.grad_sync.delay = o.dp_delay;
+  parallel::check_grad_sync(p.grad_sync);
+  STRATA_CHECK(o.dp_delay == 0 || p.groups > 1)
+      << "--dp-delay " << o.dp_delay << " delays the all-reduce across data-parallel groups, "
+      << "but there is one group (use --groups > 1)";
+  STRATA_CHECK(o.dp_delay == 0 || parallel::is_synchronous(p.schedule))
+      << "--dp-delay " << o.dp_delay << " needs a synchronous schedule (gpipe or 1f1b), not "
+      << o.schedule;
 
   parallel::TrainConfig& config = s.config;
   config.epochs = o.epochs;

@@ -56,6 +56,11 @@ struct TrainOptions {
   std::string partition = "auto";
   std::string profile;  // per-layer profile JSON for --partition auto
   double bandwidth_gbps = 10.0;
+  std::string partitioner = "dp";  // --partition auto: dp (min-max DP) or projection (GroPipe)
+  // Gradient all-reduce across the groups (parallel/grouped_dp.h).
+  std::string dp_overlap = "on";
+  double dp_bucket_mb = 25.0;
+  int dp_delay = 0;
   bool local = false;
   double comm_timeout = 300.0;  // seconds
   std::string trace;

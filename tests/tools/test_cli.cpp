@@ -278,7 +278,8 @@ TEST(Cli, PlanFromAProfileFile) {
   for (const char* s :
        {"plan for cnn-tiny on fashion-mnist/train: 2 stages, 1f1b, batch 8 = 4 micro-batches of 2",
         "given partition: --partition conv1-pool1,conv2-fc2",
-        "balanced partition (slowest stage minimized): --partition conv1,bn1-fc2",
+        "balanced partition (--partitioner dp: slowest stage minimized): --partition conv1,bn1-fc2",
+        "projection partition (--partitioner projection: GroPipe AMPA",
         "uniform partition (by layer count): --partition conv1-bn2,relu2-fc2", "  stage 0: conv1\n",
         "  stage 1: bn1 relu1 pool1 conv2 bn2 relu2 pool2 flatten fc1 relu3 "
         "fc2\n",
