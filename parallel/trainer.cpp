@@ -237,7 +237,8 @@ void Trainer::resume() {
   if (r.train_samples() != train_->size())
     differs += " training samples " + std::to_string(r.train_samples()) + " (now " +
                std::to_string(train_->size()) + ")";
-  if (!differs.empty()) {
+  // A checkpoint of step 0 (`strata convert --output-checkpoint`) has no data order to continue.
+  if (!differs.empty() && m.step() > 0) {
     STRATA_LOG(WARN) << "the checkpoint was written with" << differs
                      << ": the data order and random streams differ from the run that wrote it, "
                         "so training will not continue it exactly";

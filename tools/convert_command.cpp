@@ -1,20 +1,28 @@
 // `strata convert`: build the model, fill a CPU ParamStore (the seed's initialization, then the
-// input's values), write it. Every check lives in the library (models/weight_files.h,
-// io/safetensors.h); this file chooses the model and reports what was read and written.
+// input's values: a safetensors file or a training checkpoint), write it (safetensors, or a
+// checkpoint of step 0). Every check lives in the library (models/weight_files.h,
+// io/safetensors.h, graph/checkpoint.h); this file chooses the model and reports what was read
+// and written.
 #include "tools/convert_command.h"
 
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "engine/allocator.h"
 #include "engine/check.h"
+#include "graph/checkpoint.h"
 #include "graph/model_spec.h"
+#include "graph/optimizer.h"
 #include "graph/param_store.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
 #include "models/weight_files.h"
+#include "parallel/checkpointing.h"
 #include "tools/common.h"
 
 namespace strata::tools {
@@ -38,8 +46,9 @@ CLI::App* add_convert_command(CLI::App& app, ConvertOptions& o) {
                   "50257/30522, 256 for tiny); match the dataset you train on");
   cmd->add_option("--seed", o.seed, "Seed of the initialization (when no --input is given)");
   cmd->add_option("--input,--weights", o.input,
-                  "Safetensors file to read, checked against the model (empty = initialize from "
-                  "--seed)");
+                  "Safetensors file to read, checked against the model, or a training checkpoint "
+                  "directory: DIR/step-NNNNNN, or a --checkpoint-dir root DIR (its newest complete "
+                  "checkpoint); its manifest gives the model (empty = initialize from --seed)");
   cmd->add_option("--input-format", o.input_format,
                   "Names in the input: hf, strata, or auto (its strata.naming metadata, else the "
                   "naming that matches more of its names)")
@@ -47,7 +56,19 @@ CLI::App* add_convert_command(CLI::App& app, ConvertOptions& o) {
   cmd->add_flag("--ignore-extra", o.ignore_extra,
                 "Skip input tensors the model has no place for (e.g. BERT's pooler) instead of "
                 "failing; they are listed");
-  cmd->add_option("--output", o.output, "Safetensors file to write")->required();
+  CLI::Option* output = cmd->add_option("--output", o.output,
+                                        "Safetensors file to write (or give --output-checkpoint)");
+  cmd->add_option("--output-checkpoint", o.output_checkpoint,
+                  "Write a training checkpoint instead: DIR/step-000000 (DIR new or empty), with "
+                  "zero optimizer state; `strata train --checkpoint-dir DIR --resume auto` (same "
+                  "--optimizer) starts from it")
+      ->excludes(output);
+  cmd->add_option("--optimizer", o.optimizer,
+                  "--output-checkpoint: the optimizer of the run that resumes from it (its state "
+                  "slots, zero): sgd, adamw")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  cmd->add_option("--momentum", o.momentum,
+                  "--output-checkpoint with sgd: the run's --momentum (0 = no momentum state)");
   cmd->add_option("--format", o.format,
                   "Names in the output: hf (Hugging Face for gpt2/bert, torchvision for vgg/"
                   "resnet) or strata (Strata's parameter names)")
@@ -81,7 +102,9 @@ Shape parse_input_shape(const std::string& text) {
 bool is_text_model(const std::string& name) { return name == "gpt2" || name == "bert"; }
 
 // The model of the flags, or the one the input's metadata records.
-proto::ModelSpec convert_spec(const ConvertOptions& o, const io::SafetensorsReader* input) {
+proto::ModelSpec convert_spec(const ConvertOptions& o, const io::SafetensorsReader* input,
+                              const graph::CheckpointRef* checkpoint,
+                              const proto::CheckpointManifest* manifest) {
   if (!o.model_spec.empty()) return graph::load_model_spec(o.model_spec);
   if (!o.model.empty()) {
     models::ModelRequest r;
@@ -96,6 +119,12 @@ proto::ModelSpec convert_spec(const ConvertOptions& o, const io::SafetensorsRead
           << "--input-shape is for image models; " << o.model << " takes tokens";
     }
     return models::model_spec(r);
+  }
+  if (checkpoint != nullptr) {
+    STRATA_CHECK(manifest->has_model())
+        << "--input checkpoint " << checkpoint->path
+        << " records no model in its manifest; give --model (with --size) or --model-spec";
+    return manifest->model();
   }
   STRATA_CHECK(input != nullptr) << "strata convert needs a model: --model (with --size) or "
                                     "--model-spec, or an --input written by Strata";
@@ -123,40 +152,123 @@ std::string describe_report(const std::string& path, const models::WeightsReadRe
   return s + ")";
 }
 
+// The checkpoint an --input directory names: DIR itself (it has a manifest) or the newest complete
+// checkpoint under DIR.
+graph::CheckpointRef input_checkpoint(const std::string& dir) {
+  if (std::filesystem::exists(dir + "/manifest.pb")) {
+    return {dir, graph::check_checkpoint(dir).step()};
+  }
+  const std::optional<graph::CheckpointRef> latest = graph::find_latest_checkpoint(dir);
+  if (!latest) {
+    throw graph::CheckpointError("--input " + dir +
+                                 " is a directory without a complete checkpoint (a manifest.pb, "
+                                 "or step-NNNNNN/ directories with one)");
+  }
+  return *latest;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Writes `store` as the checkpoint ROOT/step-000000 of one stage holding every layer, with the
+// zero state of the optimizer `o` asks for. Returns its path.
+std::string write_checkpoint(const ConvertOptions& o, const proto::ModelSpec& spec,
+                             const graph::Model& model, graph::ParamStore& store) {
+  const std::string& root = o.output_checkpoint;
+  std::error_code ec;
+  STRATA_CHECK(!std::filesystem::exists(root, ec) ||
+               (std::filesystem::is_directory(root, ec) && std::filesystem::is_empty(root, ec)))
+      << "--output-checkpoint " << root
+      << " exists and is not an empty directory: give a new one (a resume would otherwise take "
+         "a newer checkpoint there)";
+  graph::OptimizerConfig opt;
+  opt.kind = graph::parse_optimizer(o.optimizer);
+  opt.momentum = o.momentum;
+  STRATA_CHECK(o.momentum >= 0 && o.momentum < 1) << "--momentum must be in [0, 1)";
+  const std::vector<std::string> slots = graph::optimizer_slot_names(opt);
+  store.ensure_state(slots.size());  // zeros: a fresh optimizer
+  proto::CheckpointManifest m;
+  *m.mutable_model() = spec;
+  m.set_created_at(utc_now());
+  m.set_reason("convert");
+  proto::CheckpointLayout* layout = m.mutable_layout();
+  layout->set_stages(1);
+  layout->set_groups(1);
+  layout->set_micro_batches(1);
+  proto::CheckpointStage* stage = layout->add_stage();
+  stage->set_begin(0);
+  stage->set_end(static_cast<int64_t>(model.size()));
+  stage->set_first_layer(model.layer(0).name());
+  stage->set_last_layer(model.layer(model.size() - 1).name());
+  m.mutable_run()->set_seed(o.seed);
+  proto::CheckpointOptimizer* mo = m.mutable_optimizer();
+  mo->set_kind(graph::optimizer_name(opt.kind));
+  for (const std::string& slot : slots) mo->add_slot(slot);
+  if (opt.kind == graph::OptimizerKind::kSgd) mo->set_momentum(opt.momentum);
+  return parallel::save_checkpoint(nullptr, root, 0, 0, m, store, slots, true).path;
+}
+
 }  // namespace
 
 int run_convert(const ConvertOptions& o) {
-  // Hook for training checkpoints: a checkpoint directory (layer-keyed tensor files and a
-  // manifest) is not readable here yet. When the checkpoint reader exists, a directory --input
-  // loads through it into `store` below instead of through load_weights, and the rest stays.
-  STRATA_CHECK(o.input.empty() || !std::filesystem::is_directory(o.input))
-      << "--input " << o.input << " is a directory: reading training checkpoints is not "
-      << "supported yet; give a .safetensors file";
+  STRATA_CHECK(!o.output.empty() || !o.output_checkpoint.empty())
+      << "strata convert needs --output (a safetensors file) or --output-checkpoint (a "
+         "checkpoint directory)";
+  // A directory --input is a training checkpoint: its manifest gives the model, its layer files
+  // the values (checked: sizes, shapes, checksums).
+  std::optional<graph::CheckpointRef> checkpoint;
+  proto::CheckpointManifest manifest;
   std::unique_ptr<io::SafetensorsReader> input;
-  if (!o.input.empty()) input = std::make_unique<io::SafetensorsReader>(o.input);
-  const proto::ModelSpec spec = convert_spec(o, input.get());
+  if (!o.input.empty() && std::filesystem::is_directory(o.input)) {
+    checkpoint = input_checkpoint(o.input);
+    manifest = graph::read_manifest(checkpoint->path);
+  } else if (!o.input.empty()) {
+    input = std::make_unique<io::SafetensorsReader>(o.input);
+  }
+  const proto::ModelSpec spec =
+      convert_spec(o, input.get(), checkpoint ? &*checkpoint : nullptr, &manifest);
   const std::unique_ptr<graph::Model> model = graph::build_model(spec);
   graph::ParamStore store(*model, 0, model->size(), default_cpu_allocator());
   store.initialize(o.seed);
   std::string source = "initialization, seed " + std::to_string(o.seed);
-  if (input != nullptr) {
+  if (checkpoint) {
+    parallel::load_checkpoint(nullptr, checkpoint->path, *model, store, {});
+    source = "checkpoint " + checkpoint->path + " (step " + std::to_string(checkpoint->step) +
+             ", " + std::to_string(manifest.tensor_size()) + " tensors in it)";
+  } else if (input != nullptr) {
     models::WeightsReadOptions read;
     if (o.input_format != "auto") read.naming = models::parse_weight_naming(o.input_format);
     read.ignore_extra = o.ignore_extra;
     source = describe_report(o.input, models::load_weights(o.input, *model, store, read));
   }
-  const models::WeightNaming naming = models::parse_weight_naming(o.format);
-  models::save_weights(o.output, *model, store, naming,
-                       {{models::kWeightsModelSpecKey, graph::model_spec_to_text(spec)}});
-  const io::SafetensorsReader written(o.output);
+  std::string to;
+  if (!o.output_checkpoint.empty()) {
+    const std::string path = write_checkpoint(o, spec, *model, store);
+    to = path + " (checkpoint of step 0, optimizer " + o.optimizer +
+         " with zero state; resume "
+         "with --checkpoint-dir " +
+         o.output_checkpoint + " --resume auto --optimizer " + o.optimizer + ")";
+  } else {
+    const models::WeightNaming naming = models::parse_weight_naming(o.format);
+    models::save_weights(o.output, *model, store, naming,
+                         {{models::kWeightsModelSpecKey, graph::model_spec_to_text(spec)}});
+    const io::SafetensorsReader written(o.output);
+    to = o.output + " (" + models::weight_naming_name(naming) + " names, " +
+         std::to_string(written.tensors().size()) + " tensors, " +
+         format_bytes(std::filesystem::file_size(o.output)) + ")";
+  }
   std::printf("strata convert\n");
   print_table(
       {{"model", model->name() + " (" + std::to_string(store.num_params()) + " parameters, " +
                      std::to_string(store.buffer_entries().size()) + " buffers)"},
        {"from", source},
-       {"to", o.output + " (" + models::weight_naming_name(naming) + " names, " +
-                  std::to_string(written.tensors().size()) + " tensors, " +
-                  format_bytes(std::filesystem::file_size(o.output)) + ")"}});
+       {"to", to}});
   return 0;
 }
 

@@ -4,9 +4,14 @@
 //   strata convert --model gpt2 --size 124M [--seed S] --output model.safetensors
 //   strata convert --model gpt2 --size 124M --weights hf.safetensors --output model.safetensors
 //   strata convert --input model.safetensors --output other.safetensors --format strata
+//   strata convert --weights ckpt/step-000200 --output model.safetensors   (or --weights ckpt/)
+//   strata convert --input model.safetensors --output-checkpoint ckpt2 [--optimizer sgd]
 //
 // The model comes from --model/--size (image models also take --input-shape and --num-classes)
-// or --model-spec, or else from the strata.model_spec metadata of the input that Strata wrote.
+// or --model-spec, or else from the strata.model_spec metadata of the input that Strata wrote (or
+// the manifest of an input checkpoint). An input directory is a training checkpoint (a step-NNNNNN
+// directory, or a --checkpoint-dir root: its newest complete one). --output-checkpoint writes a
+// checkpoint of step 0 (zero optimizer state) that `strata train --resume` starts from.
 // Reading checks the file against the model (models/weight_files.h).
 #pragma once
 
@@ -28,6 +33,9 @@ struct ConvertOptions {
   bool ignore_extra = false;
   std::string output;
   std::string format = "hf";
+  std::string output_checkpoint;    // a checkpoint root: writes DIR/step-000000
+  std::string optimizer = "adamw";  // whose (zero) state slots --output-checkpoint holds
+  double momentum = 0.9;
 };
 
 CLI::App* add_convert_command(CLI::App& app, ConvertOptions& options);

@@ -54,14 +54,16 @@ TEST(ConvertCli, HelpListsTheCommandAndItsFlags) {
   EXPECT_TRUE(contains(r.output, "--init-weights")) << r.output;
   r = run("convert --help");
   EXPECT_EQ(r.status, 0);
-  for (const char* flag : {"--model", "--size", "--model-spec", "--input-shape", "--num-classes",
-                           "--seed", "--input", "--weights", "--input-format", "--ignore-extra",
-                           "--output", "--format TEXT:{hf,strata}=hf"}) {
+  for (const char* flag :
+       {"--model", "--size", "--model-spec", "--input-shape", "--num-classes", "--seed", "--input",
+        "--weights", "--input-format", "--ignore-extra", "--output", "--format TEXT:{hf,strata}=hf",
+        "--output-checkpoint", "--optimizer", "--momentum", "--checkpoint-dir"}) {
     EXPECT_TRUE(contains(r.output, flag)) << "no " << flag << " in\n" << r.output;
   }
   r = run("convert --model gpt2 --size tiny");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "--output is required")) << r.output;
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "needs --output (a safetensors file) or --output-checkpoint"))
+      << r.output;
 }
 
 TEST(ConvertCli, WritesReadsAndRoundTripsBetweenNamings) {
@@ -124,10 +126,11 @@ TEST(ConvertCli, RejectsFilesThatDoNotFitNamingTheTensor) {
   EXPECT_TRUE(contains(r.output, cut)) << r.output;
   EXPECT_TRUE(contains(r.output, "beyond the data buffer")) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
-  // A directory (a training checkpoint) is not read yet.
+  // A directory without a checkpoint.
   r = run("convert --input " + dir + " --output " + dir + "/x");
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_TRUE(contains(r.output, "is a directory")) << r.output;
+  EXPECT_TRUE(contains(r.output, dir + " is a directory without a complete checkpoint"))
+      << r.output;
   r = run("convert --output " + dir + "/x");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "needs a model: --model")) << r.output;
@@ -159,6 +162,109 @@ TEST(ConvertCli, TrainStartsFromAConvertedResNet) {
   r = run(train + "--init-weights " + gpt2);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "needs tensor 'conv1.weight'")) << r.output;
+}
+
+// Training checkpoints: tiny MLP runs on synthetic images (as in test_checkpoint_cli.cpp).
+const std::string kTrain =
+    "train --model mlp --size tiny --dataset synthetic-images --image-size 8 --train-samples 512"
+    " --test-samples 64 --batch-size 16 --threads 1 --workers 0 --seed 5 --progress off ";
+
+// The loss of the last "eval test | step N | ... | loss X |" line ("" when none).
+std::string last_test_loss(const std::string& output) {
+  const size_t line = output.rfind("eval test");
+  if (line == std::string::npos) return "";
+  const size_t at = output.find("| loss ", line);
+  if (at == std::string::npos) return "";
+  return output.substr(at + 7, output.find(' ', at + 7) - (at + 7));
+}
+
+TEST(ConvertCli, CheckpointToSafetensorsAndBackRoundTrips) {
+  const std::string dir = temp_dir("checkpoint");
+  const std::string ck = dir + "/ck", ck2 = dir + "/ck2";
+  const std::string a = dir + "/a.safetensors", b = dir + "/b.safetensors";
+  const std::string c = dir + "/c.safetensors";
+  Result r = run(kTrain + "--steps 2 --checkpoint-dir " + ck);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(ck + "/step-000002/manifest.pb")) << r.output;
+  // A --checkpoint-dir root: its newest checkpoint; the model comes from the manifest.
+  r = run("convert --weights " + ck + " --output " + a);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "checkpoint " + ck + "/step-000002 (step 2")) << r.output;
+  // The step directory itself: the same bytes.
+  r = run("convert --weights " + ck + "/step-000002 --output " + b);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(bytes_of(b), bytes_of(a));
+  // Back into a checkpoint of step 0, and out again: the same tensors, byte for byte.
+  r = run("convert --input " + a + " --output-checkpoint " + ck2);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(ck2 + "/step-000000/manifest.pb")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--resume auto --optimizer adamw")) << r.output;
+  r = run("convert --input " + ck2 + " --output " + c);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(bytes_of(c), bytes_of(a));
+  // An existing checkpoint root is not overwritten.
+  r = run("convert --input " + a + " --output-checkpoint " + ck2);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, ck2 + " exists and is not an empty directory")) << r.output;
+}
+
+TEST(ConvertCli, ConvertedCheckpointEvaluatesLikeResuming) {
+  const std::string dir = temp_dir("checkpoint_eval");
+  const std::string ck = dir + "/ck", ck2 = dir + "/ck2", w = dir + "/w.safetensors";
+  Result r = run(kTrain + "--steps 3 --checkpoint-dir " + ck);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(run("convert --weights " + ck + " --output " + w).status, 0);
+  ASSERT_EQ(run("convert --input " + w + " --output-checkpoint " + ck2).status, 0);
+  // --lr 0: the one step taken leaves the weights as loaded, so the evaluation after it measures
+  // them (an MLP: no running statistics that a training step would move).
+  const std::string eval = kTrain + "--lr 0 --eval-every 1 ";
+  r = run(eval + "--steps 4 --resume " + ck + "/step-000003");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string resumed = last_test_loss(r.output);
+  ASSERT_FALSE(resumed.empty()) << r.output;
+  r = run(eval + "--steps 1");  // the seed's initialization: another loss
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(last_test_loss(r.output), resumed) << r.output;
+  r = run(eval + "--steps 1 --init-weights " + w);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(last_test_loss(r.output), resumed) << r.output;
+  // The converted checkpoint of step 0 resumes (same --optimizer, adamw by default).
+  r = run(eval + "--steps 1 --checkpoint-dir " + ck2 + " --resume auto");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(last_test_loss(r.output), resumed) << r.output;
+  EXPECT_FALSE(contains(r.output, "no complete checkpoint")) << r.output;
+  // A run with another optimizer is refused, as for any checkpoint.
+  r = run(eval + "--steps 1 --optimizer sgd --resume " + ck2);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "resume with the same --optimizer")) << r.output;
+}
+
+TEST(ConvertCli, MissingOrCorruptCheckpointNamesThePath) {
+  const std::string dir = temp_dir("checkpoint_errors");
+  const std::string ck = dir + "/ck", empty = dir + "/empty";
+  std::filesystem::create_directories(empty);
+  Result r = run("convert --weights " + empty + " --output " + dir + "/x");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, empty + " is a directory without a complete checkpoint"))
+      << r.output;
+  ASSERT_EQ(run(kTrain + "--steps 1 --checkpoint-dir " + ck).status, 0);
+  const std::string step = ck + "/step-000001";
+  // A truncated layer file.
+  std::string file;
+  for (const auto& e : std::filesystem::directory_iterator(step + "/tensors")) {
+    file = e.path().string();
+    break;
+  }
+  ASSERT_FALSE(file.empty());
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 8);
+  r = run("convert --weights " + step + " --output " + dir + "/x");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, step)) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
+  // A root whose only checkpoint is incomplete holds none.
+  r = run("convert --weights " + ck + " --output " + dir + "/x");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, ck + " is a directory without a complete checkpoint")) << r.output;
 }
 
 }  // namespace
