@@ -60,7 +60,8 @@ for name in "${targets[@]}"; do
   line=$(printf '%-20s %8s exec/s %10s runs  cov: %-6s ft: %-6s corp: %-5s crashes: %s' "$name" \
     "${execs:-?}" "${runs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$crashes")
   if [ "$crashes" -gt 0 ]; then
-    line+="  ($(grep -m1 -E 'ERROR: |fuzz property failed|deadly signal' "$log" | cut -c1-80);"
+    why=$(grep -m1 -E 'ERROR: |runtime error|fuzz property failed|deadly signal' "$log" || true)
+    line+="  (${why:0:100};"
     line+=" inputs in $artifacts)"
   fi
   echo "$line"
