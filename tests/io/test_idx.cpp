@@ -105,8 +105,9 @@ TEST_F(IdxTest, ThreeDimensionsAndEmptyArrays) {
 // Found by tests/fuzz/idx_fuzz: sizes whose product passes 2^63 (but not 2^64) before a size of 0
 // made numel() overflow int64; the header is refused now.
 TEST_F(IdxTest, SizesPastInt64BeforeAZeroAreRefused) {
-  const std::vector<uint8_t> bytes = {0x00, 0x00, 0x08, 0x03, 0x80, 0x00, 0x00, 0x00,
-                                      0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00};
+  // Sizes 2^31, 2^32 - 1, 2, 0: the first three multiply to 2^64 - 2^32.
+  const std::vector<uint8_t> bytes = {0x00, 0x00, 0x08, 0x04, 0x80, 0x00, 0x00, 0x00, 0xFF, 0xFF,
+                                      0xFF, 0xFF, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00};
   EXPECT_THROW(parse_idx(bytes.data(), bytes.size(), "huge.idx"), Error);
 }
 
