@@ -348,7 +348,17 @@ proto::CheckpointManifest read_manifest(const std::string& dir) {
          "; this build reads version " + std::to_string(kCheckpointFormatVersion));
   }
   std::map<std::string, uint64_t> files;
-  for (const proto::CheckpointFile& f : m.file()) files[f.file()] = f.bytes();
+  for (const proto::CheckpointFile& f : m.file()) {
+    // Writers name files tensors/<name>.bin (file_for_layer); anything else, "../" above all,
+    // would make readers open files outside the checkpoint.
+    const std::string& name = f.file();
+    const std::string leaf = name.rfind("tensors/", 0) == 0 ? name.substr(8) : std::string();
+    if (leaf.empty() || leaf == "." || leaf == ".." || leaf.find('/') != std::string::npos ||
+        leaf.find('\0') != std::string::npos) {
+      fail(path + ": the file name '" + name + "' is not of the form tensors/<name>.bin");
+    }
+    files[name] = f.bytes();
+  }
   for (const proto::CheckpointTensor& t : m.tensor()) {
     const auto it = files.find(t.file());
     if (it == files.end()) fail(path + ": " + describe(t) + " names the unlisted file " + t.file());
@@ -358,11 +368,24 @@ proto::CheckpointManifest read_manifest(const std::string& dir) {
     } catch (const Error&) {
       fail(path + ": " + describe(t) + " has the unknown dtype '" + t.dtype() + "'");
     }
-    const uint64_t expect = static_cast<uint64_t>(shape_numel(shape_of(t))) * dtype_size(dtype);
-    if (t.bytes() != expect || t.offset() < kHeaderBytes || t.offset() + t.bytes() > it->second) {
+    // The shape and range come from the file: sizes are checked for sign and overflow, and the
+    // range without computing offset + bytes, which a hostile offset could wrap around.
+    uint64_t expect = dtype_size(dtype);
+    bool shape_ok = true;
+    for (int64_t d : t.shape()) {
+      if (d < 0 || __builtin_mul_overflow(expect, static_cast<uint64_t>(d), &expect))
+        shape_ok = false;
+    }
+    if (!shape_ok) {
+      fail(path + ": " + describe(t) + " has the shape " + shape_str(shape_of(t)) +
+           ", which has a negative size or more bytes than 2^64");
+    }
+    const uint64_t file_bytes = it->second;
+    if (t.bytes() != expect || t.offset() < kHeaderBytes || t.offset() > file_bytes ||
+        t.bytes() > file_bytes - t.offset()) {
       fail(path + ": " + describe(t) + " (" + std::to_string(t.bytes()) + " bytes at offset " +
            std::to_string(t.offset()) + ") does not fit its shape " + shape_str(shape_of(t)) +
-           " or its file " + t.file() + " of " + std::to_string(it->second) + " bytes");
+           " or its file " + t.file() + " of " + std::to_string(file_bytes) + " bytes");
     }
   }
   return m;

@@ -181,7 +181,10 @@ IdxHeader parse_header(const uint8_t* bytes, size_t size, const std::string& nam
   for (size_t d = 0; d < ndim; ++d) {
     const uint32_t n = read_be32(bytes + 4 + 4 * d);
     header.dims.push_back(n);
-    if (n != 0 && data_bytes > std::numeric_limits<size_t>::max() / n) overflow = true;
+    // int64 bounds, not size_t ones: numel() multiplies the sizes as int64_t, in this order, so a
+    // product past 2^63 must be refused even when a later size of 0 makes the total 0.
+    constexpr auto kMax = static_cast<size_t>(std::numeric_limits<int64_t>::max());
+    if (n != 0 && data_bytes > kMax / n) overflow = true;
     data_bytes *= n;
   }
   if (overflow) {

@@ -298,6 +298,49 @@ TEST_F(BadCheckpoint, ManifestNamingAMissingFile) {
   expect_refused(dir_, *model_, {fc2_path(), "missing file"});
 }
 
+// Manifests a fuzzer wrote (tests/fuzz/checkpoint_manifest_fuzz.cpp): sizes and offsets from the
+// file must not overflow into a range that passes the checks, nor names lead outside the directory.
+void expect_manifest_refused(const std::string& dir, const proto::CheckpointManifest& m,
+                             const std::string& what) {
+  write_manifest(dir, m);
+  try {
+    read_manifest(dir);
+    FAIL() << "accepted a manifest with " << what;
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(BadCheckpoint, ManifestWithAShapeWhoseSizeOverflows) {
+  proto::CheckpointManifest m = manifest_;
+  m.mutable_tensor(0)->clear_shape();
+  m.mutable_tensor(0)->add_shape(int64_t{1} << 62);  // x 4 bytes: 2^64, 0 when it wraps around
+  m.mutable_tensor(0)->add_shape(4);
+  m.mutable_tensor(0)->set_bytes(0);
+  expect_manifest_refused(dir_, m, "more bytes than 2^64");
+  m.mutable_tensor(0)->set_shape(0, -1);
+  expect_manifest_refused(dir_, m, "negative size");
+}
+
+TEST_F(BadCheckpoint, ManifestWithAnOffsetThatWrapsAround) {
+  proto::CheckpointManifest m = manifest_;
+  proto::CheckpointTensor* t = m.mutable_tensor(0);
+  t->set_offset(~uint64_t{0} - t->bytes() + 2);  // offset + bytes == 1 (mod 2^64)
+  expect_manifest_refused(dir_, m, "does not fit its shape");
+}
+
+TEST_F(BadCheckpoint, ManifestNamingAFileOutsideTheCheckpoint) {
+  for (const std::string name : {"../../etc/passwd", "/etc/passwd", "tensors/../../x.bin",
+                                 "tensors/", "manifest.pb"}) {
+    proto::CheckpointManifest m = manifest_;
+    const std::string old = m.file(0).file();
+    m.mutable_file(0)->set_file(name);
+    for (proto::CheckpointTensor& t : *m.mutable_tensor())
+      if (t.file() == old) t.set_file(name);
+    expect_manifest_refused(dir_, m, "is not of the form tensors/<name>.bin");
+  }
+}
+
 TEST_F(BadCheckpoint, ModelWithALayerTheCheckpointLacks) {
   auto bigger = mlp(5, /*extra_layer=*/true);
   expect_refused(dir_, *bigger, {dir_, "no param fc3.weight", "layer fc3"});

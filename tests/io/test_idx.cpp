@@ -102,6 +102,15 @@ TEST_F(IdxTest, ThreeDimensionsAndEmptyArrays) {
   EXPECT_EQ(empty.numel(), 0);
 }
 
+// Found by tests/fuzz/idx_fuzz: sizes whose product passes 2^63 (but not 2^64) before a size of 0
+// made numel() overflow int64; the header is refused now.
+TEST_F(IdxTest, SizesPastInt64BeforeAZeroAreRefused) {
+  // Sizes 2^31, 2^32 - 1, 2, 0: the first three multiply to 2^64 - 2^32.
+  const std::vector<uint8_t> bytes = {0x00, 0x00, 0x08, 0x04, 0x80, 0x00, 0x00, 0x00, 0xFF, 0xFF,
+                                      0xFF, 0xFF, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00};
+  EXPECT_THROW(parse_idx(bytes.data(), bytes.size(), "huge.idx"), Error);
+}
+
 TEST_F(IdxTest, DecodesBigEndian) {
   // i16 {0x0102, 0xFFFE}, i32 {0x01020304}, f32 {1.0f = 0x3F800000}, f64 {-2.0 = 0xC000...}.
   const std::vector<uint8_t> i16 = {0, 0, 0x0B, 1, 0, 0, 0, 2, 0x01, 0x02, 0xFF, 0xFE};
