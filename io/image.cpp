@@ -22,6 +22,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -160,6 +161,44 @@ AxisTaps axis_taps(int64_t in_size, int64_t out_size, double begin, double scale
   return taps;
 }
 
+// A binary PPM/PGM's header (magic, width, height, maxval, each after white space or # comments,
+// then one white-space byte) must be followed by all the pixels it announces: stb_image reads a
+// 16-bit PNM's samples without checking that they are there.
+void check_pnm_size(const uint8_t* bytes, size_t size, const std::string& name) {
+  size_t pos = 2;
+  int64_t fields[3] = {0, 0, 0};  // width, height, maxval
+  const char* const kField[3] = {"width", "height", "maxval"};
+  for (int f = 0; f < 3; ++f) {
+    for (;;) {
+      while (pos < size && std::isspace(bytes[pos])) ++pos;
+      if (pos < size && bytes[pos] == '#') {
+        while (pos < size && bytes[pos] != '\n' && bytes[pos] != '\r') ++pos;
+        continue;
+      }
+      break;
+    }
+    const size_t start = pos;
+    while (pos < size && std::isdigit(bytes[pos]) && fields[f] <= 1000000000) {
+      fields[f] = fields[f] * 10 + (bytes[pos] - '0');
+      ++pos;
+    }
+    STRATA_CHECK(pos > start && fields[f] > 0 && fields[f] <= 1000000000)
+        << "image: " << name << ": PNM header: expected the " << kField[f]
+        << " (a positive number) at byte " << start;
+  }
+  STRATA_CHECK(fields[2] <= 65535)
+      << "image: " << name << ": PNM maxval " << fields[2] << " is over 65535";
+  STRATA_CHECK(pos < size && std::isspace(bytes[pos]))
+      << "image: " << name << ": PNM header: expected one white-space byte after the maxval";
+  const int64_t channels = bytes[1] == '6' ? 3 : 1;
+  const int64_t bytes_per_sample = fields[2] > 255 ? 2 : 1;
+  const int64_t needed = fields[0] * fields[1] * channels * bytes_per_sample;
+  const int64_t have = static_cast<int64_t>(size - pos - 1);
+  STRATA_CHECK(have >= needed) << "image: " << name << ": PNM of " << fields[0] << "x" << fields[1]
+                               << " needs " << needed << " bytes of pixels, the file has " << have
+                               << ": it is truncated";
+}
+
 }  // namespace
 
 ImageFormat sniff_image_format(const uint8_t* bytes, size_t size) {
@@ -221,6 +260,7 @@ RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name
         STRATA_THROW() << where << "PNM type P" << bytes[1] << " is not supported: only binary "
                        << "P5 (PGM) and P6 (PPM) are; convert the file";
       }
+      check_pnm_size(bytes, size, name);
       break;
     case ImageFormat::kPng:
       check_png_chunks(bytes, size, name);

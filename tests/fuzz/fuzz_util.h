@@ -19,12 +19,12 @@
 namespace strata::fuzz {
 
 // A property of the reader that must hold: prints and aborts so that libFuzzer saves the input.
-#define FUZZ_CHECK(cond)                                                                \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
+#define FUZZ_CHECK(cond)                                                                    \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
       std::fprintf(stderr, "%s:%d: fuzz property failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                     \
-    }                                                                                   \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)
 
 class ScratchDir {

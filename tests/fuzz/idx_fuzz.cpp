@@ -10,9 +10,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata;
   const bool gzip = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
   try {
-    io::IdxArray array = gzip ? io::read_idx(fuzz::scratch().write("in.idx.gz", fuzz::as_text(data, size)))
-                              : io::parse_idx(data, size, "fuzz.idx");
-    FUZZ_CHECK(array.data.size() == static_cast<size_t>(array.numel()) * io::idx_type_size(array.type));
+    io::IdxArray array =
+        gzip ? io::read_idx(fuzz::scratch().write("in.idx.gz", fuzz::as_text(data, size)))
+             : io::parse_idx(data, size, "fuzz.idx");
+    FUZZ_CHECK(array.data.size() ==
+               static_cast<size_t>(array.numel()) * io::idx_type_size(array.type));
     if (!gzip) {
       const std::vector<uint8_t> again = io::encode_idx(array);
       FUZZ_CHECK(again.size() == size && std::equal(again.begin(), again.end(), data));

@@ -330,8 +330,8 @@ TEST_F(BadCheckpoint, ManifestWithAnOffsetThatWrapsAround) {
 }
 
 TEST_F(BadCheckpoint, ManifestNamingAFileOutsideTheCheckpoint) {
-  for (const std::string name : {"../../etc/passwd", "/etc/passwd", "tensors/../../x.bin",
-                                 "tensors/", "manifest.pb"}) {
+  for (const std::string name :
+       {"../../etc/passwd", "/etc/passwd", "tensors/../../x.bin", "tensors/", "manifest.pb"}) {
     proto::CheckpointManifest m = manifest_;
     const std::string old = m.file(0).file();
     m.mutable_file(0)->set_file(name);

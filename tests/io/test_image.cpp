@@ -86,6 +86,20 @@ TEST(DecodeImage, BmpPpmAndPgm) {
             (std::vector<uint8_t>{17, 17, 17, 230, 230, 230}));
 }
 
+// Found by the image fuzzer: a 16-bit PGM with fewer pixel bytes than its header announces made
+// stb_image read past the buffer.
+TEST(DecodeImage, TruncatedPnmIsRefusedBeforeDecoding) {
+  const std::string crash = std::string("P5 2 1 666\n\n") + '\xc8';
+  std::string e = decode_error({crash.begin(), crash.end()}, "x.pgm");
+  EXPECT_TRUE(contains(e, "x.pgm: PNM of 2x1 needs 4 bytes of pixels, the file has 2")) << e;
+  const std::string ppm = "P6\n4 4\n255\n" + std::string(47, 'a');
+  e = decode_error({ppm.begin(), ppm.end()}, "y.ppm");
+  EXPECT_TRUE(contains(e, "y.ppm: PNM of 4x4 needs 48 bytes of pixels, the file has 47")) << e;
+  const std::string no_height = "P5\n4 # x\n";
+  e = decode_error({no_height.begin(), no_height.end()}, "z.pgm");
+  EXPECT_TRUE(contains(e, "z.pgm: PNM header: expected the height")) << e;
+}
+
 TEST(DecodeImage, TruncatedJpegNamesTheFileAndTheDecodersReason) {
   const std::vector<uint8_t> jpg = encode_jpeg(40, 30, test_rgb_image(40, 30, 4));
   for (const size_t cut : {jpg.size() - 2, jpg.size() / 2, size_t{200}, size_t{4}}) {
