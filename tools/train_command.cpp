@@ -94,6 +94,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--workers", o.workers, "Data-loader threads (0 = load on the training thread)");
   cmd->add_option("--train-samples", o.train_samples,
                   "Train on the first N samples only (0 = all)");
+  cmd->add_option("--eval-batch-size", o.eval_batch_size,
+                  "Samples per evaluation batch (0: 500 for image datasets, --batch-size for text "
+                  "ones, whose logits take T x vocabulary floats per sample)");
   cmd->add_option("--test-samples", o.test_samples,
                   "Evaluate on the first N test samples only (0 = all)");
   cmd->add_option("--image-size", o.image_size,
@@ -514,6 +517,10 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   config.log_every = o.log_every;
   config.eval_every = o.eval_every;
   config.num_workers = o.workers;
+  STRATA_CHECK_GE(o.eval_batch_size, 0) << "--eval-batch-size must be >= 0";
+  config.eval_batch_size = o.eval_batch_size > 0              ? o.eval_batch_size
+                           : io::dataset_info(o.dataset).text ? o.batch_size
+                                                              : 500;
   config.loss.label_smoothing = o.label_smoothing;
   config.checkpoint.dir = o.checkpoint_dir;
   config.checkpoint.save_every = o.save_every;

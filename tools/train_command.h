@@ -42,7 +42,8 @@ struct TrainOptions {
   int workers = 2;
   int64_t train_samples = 0;
   int64_t test_samples = 0;
-  int64_t image_size = 0;  // 0 = the dataset's own
+  int64_t eval_batch_size = 0;  // 0: 500 for images, --batch-size for text
+  int64_t image_size = 0;       // 0 = the dataset's own
   bool augment = true;
   bool skip_bad_samples = false;
   int64_t synthetic_channels = 3;
