@@ -161,6 +161,59 @@ AxisTaps axis_taps(int64_t in_size, int64_t out_size, double begin, double scale
   return taps;
 }
 
+// The Huffman tables of a JPEG (DHT segments, before and between scans) may define at most 256
+// codes: stb_image trusts the 16 code counts and writes past its tables when they add up to more
+// (found by the image fuzzer). Anything else, truncation included, is left to stb_image, whose
+// message names the problem.
+void check_jpeg_huffman_tables(const uint8_t* bytes, size_t size, const std::string& name) {
+  auto restart = [](uint8_t m) { return m >= 0xD0 && m <= 0xD7; };
+  size_t pos = 2;  // after SOI
+  while (pos < size) {
+    // Like stb_image: skip to the next 0xFF, then over fill bytes, to the marker.
+    if (bytes[pos] != 0xFF) {
+      ++pos;
+      continue;
+    }
+    while (pos < size && bytes[pos] == 0xFF) ++pos;
+    if (pos >= size) return;
+    const uint8_t marker = bytes[pos++];
+    if (marker == 0xD8 || marker == 0x01 || restart(marker)) continue;  // no length
+    if (marker == 0xD9 || marker == 0x00 || pos + 2 > size) return;     // end, or stb fails
+    const size_t length = (static_cast<size_t>(bytes[pos]) << 8) | bytes[pos + 1];
+    if (marker == 0xC4) {
+      // Count bytes past the end of the file read as zeros in stb_image: so here.
+      for (size_t q = pos + 2; q < pos + length && q < size;) {
+        size_t codes = 0;
+        for (size_t i = q + 1; i < q + 17 && i < size; ++i) codes += bytes[i];
+        STRATA_CHECK(codes <= 256)
+            << "image: " << name << ": JPEG: the Huffman table at byte " << q << " defines "
+            << codes << " codes (at most 256): the file is corrupt";
+        q += 17 + codes;
+      }
+    }
+    if (length < 2) return;
+    pos += length;
+    if (marker != 0xDA) continue;
+    // Entropy-coded data: 0xFF (after fill bytes) then 0x00 is a data byte, RSTn stays in the
+    // data; any other marker ends it.
+    while (pos < size) {
+      if (bytes[pos] != 0xFF) {
+        ++pos;
+        continue;
+      }
+      size_t next = pos;
+      while (next < size && bytes[next] == 0xFF) ++next;
+      if (next >= size) return;
+      if (bytes[next] == 0x00 || restart(bytes[next])) {
+        pos = next + 1;
+        continue;
+      }
+      pos = next - 1;  // the last 0xFF before the marker
+      break;
+    }
+  }
+}
+
 // A binary PPM/PGM's header (magic, width, height, maxval, each after white space or # comments,
 // then one white-space byte) must be followed by all the pixels it announces: stb_image reads a
 // 16-bit PNM's samples without checking that they are there.
@@ -186,13 +239,14 @@ void check_pnm_size(const uint8_t* bytes, size_t size, const std::string& name) 
         << "image: " << name << ": PNM header: expected the " << kField[f]
         << " (a positive number) at byte " << start;
   }
-  STRATA_CHECK(fields[2] <= 65535)
-      << "image: " << name << ": PNM maxval " << fields[2] << " is over 65535";
+  // stb_image's 16-bit PNM path converts to RGB past its buffer: 8-bit samples only.
+  STRATA_CHECK(fields[2] <= 255) << "image: " << name << ": PNM maxval " << fields[2]
+                                 << ": 16-bit PPM/PGM (maxval over 255) is not supported; convert "
+                                    "the file to 8 bits";
   STRATA_CHECK(pos < size && std::isspace(bytes[pos]))
       << "image: " << name << ": PNM header: expected one white-space byte after the maxval";
   const int64_t channels = bytes[1] == '6' ? 3 : 1;
-  const int64_t bytes_per_sample = fields[2] > 255 ? 2 : 1;
-  const int64_t needed = fields[0] * fields[1] * channels * bytes_per_sample;
+  const int64_t needed = fields[0] * fields[1] * channels;
   const int64_t have = static_cast<int64_t>(size - pos - 1);
   STRATA_CHECK(have >= needed) << "image: " << name << ": PNM of " << fields[0] << "x" << fields[1]
                                << " needs " << needed << " bytes of pixels, the file has " << have
@@ -241,7 +295,10 @@ const char* image_format_name(ImageFormat format) {
   return "unknown";
 }
 
-RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name) {
+namespace {
+
+// The checks that run before stb_image sees the bytes (throws naming the file).
+ImageFormat check_encoded(const uint8_t* bytes, size_t size, const std::string& name) {
   const ImageFormat format = sniff_image_format(bytes, size);
   const std::string where = "image: " + name + ": ";
   switch (format) {
@@ -265,12 +322,43 @@ RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name
     case ImageFormat::kPng:
       check_png_chunks(bytes, size, name);
       break;
+    case ImageFormat::kJpeg:
+      check_jpeg_huffman_tables(bytes, size, name);
+      break;
     default:
       break;
   }
+  return format;
+}
+
+}  // namespace
+
+int64_t announced_pixels(const uint8_t* bytes, size_t size) {
+  try {
+    check_encoded(bytes, size, "");  // stb_image's header parser trusts what these check
+  } catch (const Error&) {
+    return 0;
+  }
+  int width = 0, height = 0, channels = 0;
+  if (size > static_cast<size_t>(INT32_MAX) ||
+      stbi_info_from_memory(bytes, static_cast<int>(size), &width, &height, &channels) == 0) {
+    return 0;
+  }
+  return static_cast<int64_t>(width) * height;
+}
+
+RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name) {
+  const ImageFormat format = check_encoded(bytes, size, name);
+  const std::string where = "image: " + name + ": ";
   STRATA_CHECK(size <= static_cast<size_t>(INT32_MAX))
       << where << size << " bytes: larger than the 2 GiB stb_image can decode";
   int width = 0, height = 0, channels = 0;
+  // A few hundred corrupt bytes can announce hundreds of megapixels: refuse before decoding.
+  if (stbi_info_from_memory(bytes, static_cast<int>(size), &width, &height, &channels) != 0) {
+    STRATA_CHECK(static_cast<int64_t>(width) * height <= kMaxImagePixels)
+        << where << image_format_name(format) << " of " << width << "x" << height
+        << " pixels: more than the " << kMaxImagePixels << " pixels an image may have";
+  }
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
       stbi_load_from_memory(bytes, static_cast<int>(size), &width, &height, &channels, 3),
       &stbi_image_free);
@@ -281,6 +369,9 @@ RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name
                    << (reason != nullptr && reason[0] != '\0' ? reason : "unknown error")
                    << "; the file is truncated or corrupt";
   }
+  STRATA_CHECK(width > 0 && height > 0)
+      << where << image_format_name(format) << " of " << width << "x" << height
+      << " pixels: an image needs at least one; the file is corrupt";
   RgbImage image;
   image.width = width;
   image.height = height;

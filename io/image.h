@@ -24,6 +24,10 @@ namespace strata::io {
 inline constexpr float kImageNetMean[3] = {0.485f, 0.456f, 0.406f};
 inline constexpr float kImageNetStd[3] = {0.229f, 0.224f, 0.225f};
 
+// The most pixels an image may announce (2^28: 16384 x 16384; 768 MiB decoded): a corrupt header
+// cannot make the loader allocate and decode gigabytes.
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+
 struct RgbImage {
   int64_t width = 0;
   int64_t height = 0;
@@ -40,6 +44,9 @@ const char* image_format_name(ImageFormat format);  // "JPEG", "PNG", ...
 // a PNG are checked first (order, length, CRC-32, a final IEND), which stb_image does not do.
 // Throws strata::Error naming `name`, the format and the reason: the decoder's, or the byte
 // offset and what was expected there.
+// The width x height an encoded image's header announces (0 when it cannot be read or fails
+// the checks decode_image makes before decoding).
+int64_t announced_pixels(const uint8_t* bytes, size_t size);
 RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name);
 // Reads the file `path` whole and decodes it; errors name the file.
 RgbImage read_image(const std::string& path);

@@ -86,18 +86,58 @@ TEST(DecodeImage, BmpPpmAndPgm) {
             (std::vector<uint8_t>{17, 17, 17, 230, 230, 230}));
 }
 
-// Found by the image fuzzer: a 16-bit PGM with fewer pixel bytes than its header announces made
-// stb_image read past the buffer.
+// Found by the image fuzzer: 16-bit PGMs made stb_image read past its buffer (with too few pixel
+// bytes, and when converting to RGB); 8-bit ones must hold every pixel they announce.
 TEST(DecodeImage, TruncatedPnmIsRefusedBeforeDecoding) {
   const std::string crash = std::string("P5 2 1 666\n\n") + '\xc8';
   std::string e = decode_error({crash.begin(), crash.end()}, "x.pgm");
-  EXPECT_TRUE(contains(e, "x.pgm: PNM of 2x1 needs 4 bytes of pixels, the file has 2")) << e;
+  EXPECT_TRUE(contains(e, "x.pgm: PNM maxval 666: 16-bit PPM/PGM")) << e;
+  const std::string short_pgm = std::string("P5 2 1 255\n") + '\xc8';
+  e = decode_error({short_pgm.begin(), short_pgm.end()}, "x.pgm");
+  EXPECT_TRUE(contains(e, "x.pgm: PNM of 2x1 needs 2 bytes of pixels, the file has 1")) << e;
   const std::string ppm = "P6\n4 4\n255\n" + std::string(47, 'a');
   e = decode_error({ppm.begin(), ppm.end()}, "y.ppm");
   EXPECT_TRUE(contains(e, "y.ppm: PNM of 4x4 needs 48 bytes of pixels, the file has 47")) << e;
   const std::string no_height = "P5\n4 # x\n";
   e = decode_error({no_height.begin(), no_height.end()}, "z.pgm");
   EXPECT_TRUE(contains(e, "z.pgm: PNM header: expected the height")) << e;
+}
+
+// Found by the image fuzzer: a Huffman table whose 16 code counts add up to more than 256 made
+// stb_image write past its tables.
+TEST(DecodeImage, JpegHuffmanTableOfTooManyCodesIsRefused) {
+  std::vector<uint8_t> jpg = encode_jpeg(16, 16, test_rgb_image(16, 16, 2));
+  EXPECT_EQ(decode_error(jpg, "ok.jpg"), "");
+  size_t dht = 0;
+  for (size_t i = 2; i + 1 < jpg.size() && dht == 0; ++i) {
+    if (jpg[i] == 0xFF && jpg[i + 1] == 0xC4) dht = i;
+  }
+  ASSERT_NE(dht, 0u) << "the encoder wrote no Huffman table";
+  for (size_t i = 0; i < 16; ++i) jpg[dht + 5 + i] = 0x20;  // 16 x 32 = 512 codes
+  const std::string e = decode_error(jpg, "bad.jpg");
+  EXPECT_TRUE(contains(e, "bad.jpg: JPEG: the Huffman table at byte " + std::to_string(dht + 4) +
+                              " defines 512 codes (at most 256)"))
+      << e;
+}
+
+// Found by the image fuzzer (a timeout): 451 bytes announcing a 17990 x 21065 JPEG.
+TEST(DecodeImage, HeadersAnnouncingTooManyPixelsAreRefused) {
+  std::string header = "P5\n20000 20000\n255\n";
+  std::vector<uint8_t> pgm(header.begin(), header.end());
+  pgm.resize(pgm.size() + 16, 7);
+  EXPECT_EQ(announced_pixels(pgm.data(), pgm.size()), 0) << "refused: its pixels are missing";
+  const std::string e = decode_error(pgm, "huge.pgm");
+  EXPECT_TRUE(contains(e, "huge.pgm: PNM of 20000x20000 needs")) << e;
+  std::vector<uint8_t> jpg = encode_jpeg(16, 16, test_rgb_image(16, 16, 2));
+  for (size_t i = 2; i + 8 < jpg.size(); ++i) {
+    if (jpg[i] == 0xFF && jpg[i + 1] == 0xC0) {  // SOF0: length, precision, height, width
+      jpg[i + 5] = 0x52, jpg[i + 6] = 0x49, jpg[i + 7] = 0x46, jpg[i + 8] = 0x46;
+      break;
+    }
+  }
+  EXPECT_EQ(announced_pixels(jpg.data(), jpg.size()), int64_t{0x5249} * 0x4646);
+  const std::string j = decode_error(jpg, "huge.jpg");
+  EXPECT_TRUE(contains(j, "huge.jpg: JPEG of 17990x21065 pixels: more than the 268435456")) << j;
 }
 
 TEST(DecodeImage, TruncatedJpegNamesTheFileAndTheDecodersReason) {

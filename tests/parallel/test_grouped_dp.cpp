@@ -229,7 +229,7 @@ TEST(GroupedDp, HooksLaunchFromTheLastStageBackwardAndOverlap) {
       SCOPED_TRACE("group " + std::to_string(group) + ", update " + std::to_string(update));
       std::vector<std::pair<int, int>> launches;  // (stage, bucket) in launch order
       std::map<int, int64_t> last_backward_seq;   // per stage: its last backward of the update
-      std::map<int, GradSyncEvent> last_backward, first_start;
+      std::map<int, GradSyncEvent> first_start;
       std::map<int, int64_t> first_launch_seq, last_launch_seq;
       for (const Recorded& r : events) {
         const GradSyncEvent& e = r.event;
@@ -241,7 +241,6 @@ TEST(GroupedDp, HooksLaunchFromTheLastStageBackwardAndOverlap) {
         }
         if (e.kind == GradSyncEvent::kBackwardEnd) {
           last_backward_seq[e.stage] = r.sequence;
-          last_backward[e.stage] = e;
         }
         if (e.kind == GradSyncEvent::kStart && e.bucket >= 0 && !first_start.count(e.stage)) {
           first_start[e.stage] = e;
@@ -258,9 +257,10 @@ TEST(GroupedDp, HooksLaunchFromTheLastStageBackwardAndOverlap) {
         EXPECT_LT(last_launch_seq[s], first_launch_seq[s - 1]) << "stage " << s;
         EXPECT_LT(first_launch_seq[s], last_backward_seq[s - 1]) << "stage " << s;
       }
-      ASSERT_TRUE(first_start.count(3));
-      EXPECT_LT(first_start[3].time, last_backward[0].time)
-          << "the all-reduce of the last stage was posted after the whole backward ended";
+      // The all-reduce of the last stage is launched (handed to its communication thread) before
+      // the first stage's backward ends (above); when that thread posts it depends on the OS
+      // scheduler, so time is not asserted here: the trace and gropipe_bench show it.
+      ASSERT_TRUE(first_start.count(3)) << "the last stage's all-reduce never started";
     }
   }
 }
