@@ -15,43 +15,13 @@
 #include "graph/model_spec.h"
 #include "io/dataset.h"
 #include "parallel/comm/local_comm.h"
+#include "parallel/pipeline_testing.h"
 #include "parallel/trainer.h"
 #include "testing/testing.h"
 
 namespace strata::parallel::grouped {
 
-// The class is the argmax of a fixed linear map of the features.
-class LinearClasses final : public io::Dataset {
- public:
-  LinearClasses(int64_t n, int64_t features, int64_t classes)
-      : n_(n),
-        features_(features),
-        classes_(classes),
-        x_(strata::testing::random_tensor({n, features}, 11, -1, 1, DType::kF32)),
-        w_(strata::testing::random_tensor({classes, features}, 12, -1, 1, DType::kF64)) {}
-  std::string name() const override { return "linear-classes"; }
-  int64_t size() const override { return n_; }
-  io::SampleSpec input_spec() const override { return {{features_}, DType::kF32}; }
-  io::SampleSpec target_spec() const override { return {{}, DType::kI64}; }
-  int64_t num_classes() const override { return classes_; }
-  void get(int64_t i, void* input, void* target) const override {
-    const float* x = x_.data<float>() + i * features_;
-    std::copy(x, x + features_, static_cast<float*>(input));
-    const double* w = w_.data<double>();
-    int64_t best = 0;
-    double best_v = -1e300;
-    for (int64_t c = 0; c < classes_; ++c) {
-      double v = 0;
-      for (int64_t f = 0; f < features_; ++f) v += w[c * features_ + f] * x[f];
-      if (v > best_v) best_v = v, best = c;
-    }
-    *static_cast<int64_t*>(target) = best;
-  }
-
- private:
-  int64_t n_, features_, classes_;
-  Tensor x_, w_;
-};
+using testing::LinearClasses;  // parallel/pipeline_testing.h
 
 // Eight layers (five linear with parameters) over `features` inputs and 5 classes; `width`
 // hidden units.

@@ -15,36 +15,20 @@
 #include <fstream>
 #include <string>
 
+#include "testing/cli.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status;
-  std::string output;  // stdout and stderr together
-};
+using Result = strata::testing::CliResult;
+using strata::testing::contains;
+using strata::testing::run_cli;
 
 // A tiny model on synthetic images: fast steps, no files needed.
 const std::string kData =
     " --model mlp --size tiny --dataset synthetic-images --image-size 8 --train-samples 512"
     " --test-samples 64 --batch-size 16 --threads 1 --workers 0 --seed 5";
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(STRATA_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // A `strata` process whose output is read through a pipe, to be signalled while it runs.
 class Child {
@@ -138,7 +122,7 @@ std::string read_file(const std::string& path) {
 }
 
 TEST(CheckpointCli, HelpDescribesTheFlags) {
-  const Result r = run("train --help");
+  const Result r = run_cli("train --help");
   EXPECT_EQ(r.status, 0);
   for (const char* s : {"--checkpoint-dir", "--save-every INT=0", "--keep-last INT=0", "--resume",
                         "--nan-policy TEXT:{abort,skip}=abort", "SIGTERM"}) {
@@ -148,8 +132,8 @@ TEST(CheckpointCli, HelpDescribesTheFlags) {
 
 TEST(CheckpointCli, PeriodicCheckpointsKeepTheLastAndResumeContinues) {
   const std::string dir = temp_dir("periodic");
-  Result r = run("train" + kData + " --steps 10 --checkpoint-dir " + dir +
-                 " --save-every 3 --keep-last 2");
+  Result r = run_cli("train" + kData + " --steps 10 --checkpoint-dir " + dir +
+                     " --save-every 3 --keep-last 2");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "checkpoint " + dir + "/step-000003 (periodic")) << r.output;
   EXPECT_TRUE(contains(r.output, "step-000010 (end of training")) << r.output;
@@ -159,17 +143,17 @@ TEST(CheckpointCli, PeriodicCheckpointsKeepTheLastAndResumeContinues) {
   EXPECT_TRUE(fs::exists(dir + "/step-000010/manifest.pb"));
   EXPECT_EQ(read_file(dir + "/latest"), "step-000010\n");
   // The same --steps again: nothing left to do.
-  r = run("train" + kData + " --steps 10 --checkpoint-dir " + dir + " --resume auto");
+  r = run_cli("train" + kData + " --steps 10 --checkpoint-dir " + dir + " --resume auto");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "nothing to train")) << r.output;
   // A longer run continues from step 10.
-  r = run("train" + kData + " --steps 12 --checkpoint-dir " + dir + " --resume auto");
+  r = run_cli("train" + kData + " --steps 12 --checkpoint-dir " + dir + " --resume auto");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "done: 12 steps (resumed at step 10 from " + dir + "/step-000010"))
       << r.output;
   // --resume auto in an empty directory is a fresh start, said in the log.
   const std::string empty = temp_dir("periodic_empty");
-  r = run("train" + kData + " --steps 2 --checkpoint-dir " + empty + " --resume auto");
+  r = run_cli("train" + kData + " --steps 2 --checkpoint-dir " + empty + " --resume auto");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "no complete checkpoint in " + empty + ", starting from step 0"))
       << r.output;
@@ -181,7 +165,7 @@ void sigterm_then_resume(const std::string& name, const std::string& layout) {
   const std::string straight = temp_dir(name + "_straight");
   const std::string dir = temp_dir(name);
   const std::string common = "train" + kData + layout + " --steps 80";
-  Result r = run(common + " --checkpoint-dir " + straight);
+  Result r = run_cli(common + " --checkpoint-dir " + straight);
   ASSERT_EQ(r.status, 0) << r.output;
 
   // --save-every 1 slows each step down to a checkpoint's fsyncs: time to signal mid-run.
@@ -202,7 +186,7 @@ void sigterm_then_resume(const std::string& name, const std::string& layout) {
   EXPECT_TRUE(contains(r.output, "checkpoint " + dir + "/" + name_buf + " (stop request"))
       << r.output;
 
-  r = run(common + " --checkpoint-dir " + dir + " --resume auto");
+  r = run_cli(common + " --checkpoint-dir " + dir + " --resume auto");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "resumed at step " + std::to_string(stopped))) << r.output;
   EXPECT_TRUE(same_tensors(dir + "/step-000080", straight + "/step-000080"));
@@ -236,7 +220,7 @@ TEST(CheckpointCli, SighupSavesAndTrainingGoesOn) {
 
 TEST(CheckpointCli, NanPolicyAbortNamesTheStepAndSkipCountsThem) {
   // A learning rate of 1e30 sends the weights to infinity after the first update.
-  Result r = run("train" + kData + " --steps 6 --lr 1e30");
+  Result r = run_cli("train" + kData + " --steps 6 --lr 1e30");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "error: ")) << r.output;
   EXPECT_TRUE(contains(r.output, "step 2 (epoch 1): the loss is")) << r.output;
@@ -244,8 +228,8 @@ TEST(CheckpointCli, NanPolicyAbortNamesTheStepAndSkipCountsThem) {
   EXPECT_TRUE(contains(r.output, "(--nan-policy abort)")) << r.output;
 
   const std::string metrics = temp_dir("nan") + "/metrics.jsonl";
-  r = run("train" + kData + " --steps 6 --lr 1e30 --nan-policy skip --log-every 3 --metrics " +
-          metrics);
+  r = run_cli("train" + kData + " --steps 6 --lr 1e30 --nan-policy skip --log-every 3 --metrics " +
+              metrics);
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "| skipped 5")) << r.output;
   EXPECT_TRUE(contains(r.output, "skipped 5 steps with a non-finite loss or gradient")) << r.output;
@@ -254,7 +238,7 @@ TEST(CheckpointCli, NanPolicyAbortNamesTheStepAndSkipCountsThem) {
 
 TEST(CheckpointCli, BadCheckpointsAreRefusedNamingTheFile) {
   const std::string dir = temp_dir("bad");
-  Result r = run("train" + kData + " --steps 3 --checkpoint-dir " + dir);
+  Result r = run_cli("train" + kData + " --steps 3 --checkpoint-dir " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
   const std::string ckpt = dir + "/step-000003";
   // Corrupt one byte of a tensor: refused, naming the file and the tensor; exit status 1.
@@ -263,22 +247,22 @@ TEST(CheckpointCli, BadCheckpointsAreRefusedNamingTheFile) {
   std::string bytes = read_file(path);
   bytes[bytes.size() - 1] ^= 0x20;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-  r = run("train" + kData + " --steps 5 --checkpoint-dir " + dir + " --resume auto");
+  r = run_cli("train" + kData + " --steps 5 --checkpoint-dir " + dir + " --resume auto");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, path + ": checksum mismatch in ")) << r.output;
   // Another model: refused, naming the layer and the checkpoint.
-  r =
-      run("train --model cnn --size tiny --dataset synthetic-images --image-size 8 --steps 1 "
-          "--batch-size 16 --train-samples 64 --test-samples 16 --resume " +
-          ckpt);
+  r = run_cli(
+      "train --model cnn --size tiny --dataset synthetic-images --image-size 8 --steps 1 "
+      "--batch-size 16 --train-samples 64 --test-samples 16 --resume " +
+      ckpt);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "checkpoint " + ckpt)) << r.output;
   // Not a checkpoint at all.
-  r = run("train" + kData + " --steps 1 --resume " + dir + "/missing");
+  r = run_cli("train" + kData + " --steps 1 --resume " + dir + "/missing");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "--resume " + dir + "/missing: no such checkpoint")) << r.output;
   // Flags that do not fit together.
-  r = run("train" + kData + " --steps 1 --save-every 2");
+  r = run_cli("train" + kData + " --steps 1 --save-every 2");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "--save-every needs --checkpoint-dir")) << r.output;
 }

@@ -11,41 +11,21 @@
 
 #include "io/idx.h"
 #include "io/mnist.h"
+#include "testing/cli.h"
 #include "testing/image_files.h"
 
 namespace {
 
-struct Result {
-  int status;
-  std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(STRATA_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using Result = strata::testing::CliResult;
+using strata::testing::contains;
+using strata::testing::run_cli;
 
 std::string temp_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/strata_cli_" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return strata::testing::fresh_temp_dir("strata_cli_" + name);
 }
 
 TEST(Cli, HelpListsEveryCommandAndFlagWithDefaults) {
-  const Result r = run("--help");
+  const Result r = run_cli("--help");
   EXPECT_EQ(r.status, 0) << r.output;
   for (const char* s : {"train", "profile", "plan", "bench", "--batch-size INT=64",
                         "--lr FLOAT=", "--mem-limit", "--metrics", "--log-every INT=100", "--seed",
@@ -53,21 +33,21 @@ TEST(Cli, HelpListsEveryCommandAndFlagWithDefaults) {
                         "--dataset", "--data-dir", "--epochs", "--steps"}) {
     EXPECT_TRUE(contains(r.output, s)) << "missing " << s << " in\n" << r.output;
   }
-  EXPECT_EQ(run("train --help").status, 0);
+  EXPECT_EQ(run_cli("train --help").status, 0);
 }
 
 TEST(Cli, UnknownFlagListsTheValidOnes) {
-  const Result r = run("train --batchsize 3");
+  const Result r = run_cli("train --batchsize 3");
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.output, "--batchsize")) << r.output;
   EXPECT_TRUE(contains(r.output, "valid flags for strata train: --model")) << r.output;
 }
 
 TEST(Cli, UnknownModelAndDatasetListTheValidOnes) {
-  Result r = run("train --model alexnet --steps 1");
+  Result r = run_cli("train --model alexnet --steps 1");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.output, "unknown model 'alexnet' (valid: cnn, mlp")) << r.output;
-  r = run("train --dataset imagenet --steps 1");
+  r = run_cli("train --dataset imagenet --steps 1");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.output,
                        "unknown dataset 'imagenet' (valid: fashion-mnist, mnist, cifar10, "
@@ -76,7 +56,7 @@ TEST(Cli, UnknownModelAndDatasetListTheValidOnes) {
 }
 
 TEST(Cli, MissingDatasetNamesThePackageAndTheFlag) {
-  const Result r = run("train --data-dir /nonexistent/fmnist --steps 1");
+  const Result r = run_cli("train --data-dir /nonexistent/fmnist --steps 1");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.output, "dataset-fashion-mnist")) << r.output;
   EXPECT_TRUE(contains(r.output, "--data-dir")) << r.output;
@@ -91,7 +71,7 @@ TEST(Cli, CorruptIdxNamesTheFileAndOffset) {
   std::ofstream(dir + "/train-labels-idx1-ubyte", std::ios::binary) << labels;
   std::ofstream(dir + "/t10k-images-idx3-ubyte", std::ios::binary) << std::string(16, '\0');
   std::ofstream(dir + "/t10k-labels-idx1-ubyte", std::ios::binary) << labels;
-  const Result r = run("train --data-dir " + dir + " --steps 1");
+  const Result r = run_cli("train --data-dir " + dir + " --steps 1");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.output, dir + "/train-")) << r.output;
   EXPECT_TRUE(contains(r.output, "offset")) << r.output;
@@ -99,7 +79,8 @@ TEST(Cli, CorruptIdxNamesTheFileAndOffset) {
 
 TEST(Cli, MemoryLimitTooSmallIsAnOutOfMemoryError) {
   if (!std::filesystem::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "no Fashion-MNIST";
-  const Result r = run("train --mem-limit 64KiB --steps 1 --train-samples 256 --test-samples 64");
+  const Result r =
+      run_cli("train --mem-limit 64KiB --steps 1 --train-samples 256 --test-samples 64");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.output, "out of memory on cpu")) << r.output;
   EXPECT_TRUE(contains(r.output, "limit 64.00 KiB")) << r.output;
@@ -107,20 +88,22 @@ TEST(Cli, MemoryLimitTooSmallIsAnOutOfMemoryError) {
 }
 
 TEST(Cli, BadValuesAreErrorsNotCrashes) {
-  EXPECT_EQ(run("train --device cuda:7 --steps 1").status, 1);
-  EXPECT_TRUE(contains(run("train --device cuda:7 --steps 1").output, "available: cpu"));
-  EXPECT_EQ(run("train --optimizer lion --steps 1 --train-samples 64 --test-samples 64").status, 1);
-  EXPECT_EQ(run("train --mem-limit lots --steps 1").status, 1);
-  EXPECT_EQ(run("train --batch-size 0 --steps 1 --train-samples 64 --test-samples 64").status, 1);
+  EXPECT_EQ(run_cli("train --device cuda:7 --steps 1").status, 1);
+  EXPECT_TRUE(contains(run_cli("train --device cuda:7 --steps 1").output, "available: cpu"));
+  EXPECT_EQ(run_cli("train --optimizer lion --steps 1 --train-samples 64 --test-samples 64").status,
+            1);
+  EXPECT_EQ(run_cli("train --mem-limit lots --steps 1").status, 1);
+  EXPECT_EQ(run_cli("train --batch-size 0 --steps 1 --train-samples 64 --test-samples 64").status,
+            1);
 }
 
 TEST(Cli, ShortTrainingRunWritesMetrics) {
   if (!std::filesystem::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "no Fashion-MNIST";
   const std::string dir = temp_dir("metrics");
-  const Result r =
-      run("train --size tiny --steps 12 --log-every 4 --batch-size 32 "
-          "--train-samples 1024 --test-samples 256 --metrics " +
-          dir + "/m.jsonl --threads 1 --progress off");
+  const Result r = run_cli(
+      "train --size tiny --steps 12 --log-every 4 --batch-size 32 "
+      "--train-samples 1024 --test-samples 256 --metrics " +
+      dir + "/m.jsonl --threads 1 --progress off");
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* s :
        {"dataset", "fashion-mnist/train", "parameters", "layout", "step 4/12 | epoch 1 | loss",
@@ -151,31 +134,31 @@ TEST(Cli, ShortTrainingRunWritesMetrics) {
 TEST(Cli, TrainsOnTinyCifar10Files) {
   const std::string dir = temp_dir("cifar");
   strata::testing::write_cifar_dir(dir, 8, 8);
-  const Result r = run("train --model cnn --size tiny --dataset cifar10 --data-dir " + dir +
-                       " --steps 5 --batch-size 8 --threads 1 --progress off");
+  const Result r = run_cli("train --model cnn --size tiny --dataset cifar10 --data-dir " + dir +
+                           " --steps 5 --batch-size 8 --threads 1 --progress off");
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* s : {"cifar10/train (40) / cifar10/test (8)", "(3, 32, 32) f32, 10 classes",
                         "random crop 32 (padding 4) + horizontal flip", "done: 5 steps"}) {
     EXPECT_TRUE(contains(r.output, s)) << "missing '" << s << "' in\n" << r.output;
   }
   EXPECT_FALSE(contains(r.output, "skipped")) << r.output;
-  const Result plain = run("train --dataset cifar10 --data-dir " + dir +
-                           " --size tiny --steps 1 --batch-size 8 --no-augment --progress off");
+  const Result plain = run_cli("train --dataset cifar10 --data-dir " + dir +
+                               " --size tiny --steps 1 --batch-size 8 --no-augment --progress off");
   ASSERT_EQ(plain.status, 0) << plain.output;
   EXPECT_TRUE(contains(plain.output, "augmentation     none")) << plain.output;
 
-  Result e = run("train --dataset cifar10 --data-dir " + dir + " --image-size 64 --steps 1");
+  Result e = run_cli("train --dataset cifar10 --data-dir " + dir + " --image-size 64 --steps 1");
   EXPECT_EQ(e.status, 1);
   EXPECT_TRUE(contains(e.output, "--image-size 64 applies to image-folder and synthetic-images"))
       << e.output;
-  e = run("train --dataset cifar10 --data-dir " + dir + " --skip-bad-samples --steps 1");
+  e = run_cli("train --dataset cifar10 --data-dir " + dir + " --skip-bad-samples --steps 1");
   EXPECT_EQ(e.status, 1);
   EXPECT_TRUE(contains(e.output, "--skip-bad-samples applies to image-folder only")) << e.output;
   std::filesystem::resize_file(dir + "/data_batch_3.bin", 1000);
-  e = run("train --dataset cifar10 --data-dir " + dir + " --steps 1");
+  e = run_cli("train --dataset cifar10 --data-dir " + dir + " --steps 1");
   EXPECT_EQ(e.status, 1);
   EXPECT_TRUE(contains(e.output, dir + "/data_batch_3.bin: expected a whole number")) << e.output;
-  e = run("train --dataset cifar10 --data-dir " + dir + "/missing --steps 1");
+  e = run_cli("train --dataset cifar10 --data-dir " + dir + "/missing --steps 1");
   EXPECT_EQ(e.status, 1);
   EXPECT_TRUE(contains(e.output, "--data-dir")) << e.output;
 }
@@ -199,16 +182,16 @@ TEST(Cli, TrainsOnAnImageFolderAndReportsSkippedFiles) {
   jpg.resize(jpg.size() / 3);
   strata::testing::write_bytes(dir + "/train/bee/1.jpg", jpg);
 
-  Result r = run("train --model cnn --size tiny --dataset image-folder --data-dir " + dir +
-                 " --image-size 16 --steps 5 --batch-size 4 --threads 1 --progress off");
+  Result r = run_cli("train --model cnn --size tiny --dataset image-folder --data-dir " + dir +
+                     " --image-size 16 --steps 5 --batch-size 4 --threads 1 --progress off");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, dir + "/train/bee/1.jpg: cannot decode JPEG")) << r.output;
   EXPECT_TRUE(contains(r.output, "--skip-bad-samples")) << r.output;
 
   // 18 training images in batches of 4: 5 steps read every one of them.
-  r = run("train --model cnn --size tiny --dataset image-folder --data-dir " + dir +
-          " --image-size 16 --steps 5 --batch-size 4 --threads 1 --progress off "
-          "--skip-bad-samples");
+  r = run_cli("train --model cnn --size tiny --dataset image-folder --data-dir " + dir +
+              " --image-size 16 --steps 5 --batch-size 4 --threads 1 --progress off "
+              "--skip-bad-samples");
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* s :
        {"image-folder/train (18) / image-folder/test (18)", "(3, 16, 16) f32, 3 classes",
@@ -219,14 +202,14 @@ TEST(Cli, TrainsOnAnImageFolderAndReportsSkippedFiles) {
 }
 
 TEST(Cli, TrainsOnSyntheticImagesOfAnyShape) {
-  const Result r = run(
+  const Result r = run_cli(
       "train --model cnn --size tiny --dataset synthetic-images --image-size 12 "
       "--synthetic-channels 2 --synthetic-classes 5 --steps 3 --batch-size 8 --train-samples 64 "
       "--test-samples 16 --threads 1 --progress off");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "(2, 12, 12) f32, 5 classes")) << r.output;
   EXPECT_TRUE(contains(r.output, "done: 3 steps")) << r.output;
-  const Result e = run("train --synthetic-classes 5 --steps 1");
+  const Result e = run_cli("train --synthetic-classes 5 --steps 1");
   EXPECT_EQ(e.status, 1);
   EXPECT_TRUE(contains(e.output,
                        "--synthetic-channels and --synthetic-classes apply to "
@@ -238,12 +221,12 @@ TEST(Cli, ProfileAndBenchRun) {
   if (std::filesystem::exists(strata::io::kFashionMnistDir)) {
     const std::string dir = temp_dir("profile");
     const Result p =
-        run("profile --size tiny --steps 2 --batch-size 16 --output " + dir + "/p.json");
+        run_cli("profile --size tiny --steps 2 --batch-size 16 --output " + dir + "/p.json");
     EXPECT_EQ(p.status, 0) << p.output;
     EXPECT_TRUE(contains(p.output, "conv1")) << p.output;
     EXPECT_TRUE(std::filesystem::exists(dir + "/p.json"));
   }
-  const Result b = run("bench --filter linear_fc1 --min-seconds 0.01");
+  const Result b = run_cli("bench --filter linear_fc1 --min-seconds 0.01");
   EXPECT_EQ(b.status, 0) << b.output;
   EXPECT_TRUE(contains(b.output, "linear_fc1_fwd")) << b.output;
 }
@@ -273,7 +256,7 @@ TEST(Cli, PlanFromAProfileFile) {
   const std::string dir = temp_dir("plan");
   const std::string profile = write_cnn_profile(dir, 12);
   const std::string base = "plan --size tiny --micro-batches 4 --batch-size 8 --profile " + profile;
-  Result r = run(base + " --stages 2 --partition 0-3,4-11");
+  Result r = run_cli(base + " --stages 2 --partition 0-3,4-11");
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* s :
        {"plan for cnn-tiny on fashion-mnist/train: 2 stages, 1f1b, batch 8 = 4 micro-batches of 2",
@@ -288,31 +271,31 @@ TEST(Cli, PlanFromAProfileFile) {
     EXPECT_TRUE(contains(r.output, s)) << "missing '" << s << "' in\n" << r.output;
   }
   // Memory: 1 KiB of activations per sample and 4 KiB of parameters per layer.
-  r = run(base + " --stages 2 --mem-limit 1KiB");
+  r = run_cli(base + " --stages 2 --mem-limit 1KiB");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "fits the memory limit of 1.00 KiB per stage")) << r.output;
-  r = run("plan --size tiny --profile " + write_cnn_profile(dir, 3));
+  r = run_cli("plan --size tiny --profile " + write_cnn_profile(dir, 3));
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "the profile has 3 layers, the model 12")) << r.output;
-  r = run(base + " --stages 2 --partition 0-3,5-11");
+  r = run_cli(base + " --stages 2 --partition 0-3,5-11");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "--partition range '5-11' leaves a gap")) << r.output;
-  r = run(base + " --stages 13");
+  r = run_cli(base + " --stages 13");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "has only 12 layers")) << r.output;
-  r = run("plan --batch-size 10 --micro-batches 4");
+  r = run_cli("plan --batch-size 10 --micro-batches 4");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "--batch-size 10 must be a positive multiple")) << r.output;
-  r = run("plan --schedule zero-bubble");
+  r = run_cli("plan --schedule zero-bubble");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "unknown schedule 'zero-bubble'")) << r.output;
 }
 
 TEST(Cli, PlanProfilesOnTheSpot) {
   if (!std::filesystem::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "no Fashion-MNIST";
-  const Result r =
-      run("plan --size tiny --stages 3 --micro-batches 2 --batch-size 8 --schedule gpipe "
-          "--profile-steps 1 --threads 1");
+  const Result r = run_cli(
+      "plan --size tiny --stages 3 --micro-batches 2 --batch-size 8 --schedule gpipe "
+      "--profile-steps 1 --threads 1");
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* s : {"costs: measured now: 1 steps of 4 samples", "balanced partition",
                         "uniform partition", "  stage 2:", "bubble"}) {

@@ -17,27 +17,14 @@
 #include "io/brown.h"
 #include "io/text_datasets.h"
 #include "io/token_shard.h"
+#include "testing/cli.h"
 
 namespace strata::io {
 namespace {
 
-struct Result {
-  int status;
-  std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(STRATA_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+using Result = strata::testing::CliResult;
+using strata::testing::contains;
+using strata::testing::run_cli;
 
 // The first number after `label` in `text` (NaN when there is none).
 double number_after(const std::string& text, const std::string& label) {
@@ -48,15 +35,8 @@ double number_after(const std::string& text, const std::string& label) {
   return std::stod(text.substr(digit));
 }
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 std::string temp_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/strata_text_cli_" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return strata::testing::fresh_temp_dir("strata_text_cli_" + name);
 }
 
 const BpeTokenizer* tokenizer() {
@@ -84,7 +64,7 @@ std::vector<int32_t> shard_tokens(const std::vector<std::string>& paths) {
 }
 
 TEST(TextCli, HelpListsTheTextCommandsAndFlags) {
-  const Result r = run("--help");
+  const Result r = run_cli("--help");
   EXPECT_EQ(r.status, 0) << r.output;
   for (const char* s : {"prepare-text", "tokenize", "--input", "--output-dir",
                         "--val-fraction FLOAT=0.1", "--vocab-dir", "--shard-tokens",
@@ -98,24 +78,24 @@ TEST(TextCli, TokenizeAndDecodeBack) {
   const std::string dir = temp_dir("tokenize");
   const std::string text = "Hello world! It's 2024.\n\tTabs,  spaces  and caf\xC3\xA9.\n";
   std::ofstream(dir + "/in.txt", std::ios::binary) << text;
-  const Result r = run("tokenize < " + dir + "/in.txt");
+  const Result r = run_cli("tokenize < " + dir + "/in.txt");
   ASSERT_EQ(r.status, 0) << r.output;
   std::string expected;
   for (int32_t id : bpe->encode(text))
     expected += (expected.empty() ? "" : " ") + std::to_string(id);
   EXPECT_EQ(r.output, expected + "\n");
   std::ofstream(dir + "/ids.txt") << r.output;
-  const Result back = run("tokenize --decode < " + dir + "/ids.txt");
+  const Result back = run_cli("tokenize --decode < " + dir + "/ids.txt");
   ASSERT_EQ(back.status, 0) << back.output;
   EXPECT_EQ(back.output, text);
   std::ofstream(dir + "/bad.txt") << "15496 hello";
-  const Result bad = run("tokenize --decode < " + dir + "/bad.txt");
+  const Result bad = run_cli("tokenize --decode < " + dir + "/bad.txt");
   EXPECT_EQ(bad.status, 1);
   EXPECT_TRUE(contains(bad.output, "found 'hello' (id 2)")) << bad.output;
 }
 
 TEST(TextCli, MissingVocabularyNamesPathAndSetup) {
-  const Result r = run("tokenize --vocab-dir /nonexistent/vocab < /dev/null");
+  const Result r = run_cli("tokenize --vocab-dir /nonexistent/vocab < /dev/null");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.output, "/nonexistent/vocab/encoder.json")) << r.output;
   EXPECT_TRUE(contains(r.output, "tools/setup.sh")) << r.output;
@@ -134,8 +114,8 @@ TEST(TextCli, PrepareTextWritesShardsOfTheSplitDocuments) {
     inputs += " " + path;
   }
   const std::string out = dir + "/shards";
-  const Result r = run("prepare-text --input" + inputs + " --output-dir " + out +
-                       " --val-fraction 0.5 --shard-tokens 10");
+  const Result r = run_cli("prepare-text --input" + inputs + " --output-dir " + out +
+                           " --val-fraction 0.5 --shard-tokens 10");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "4 documents from 4 files")) << r.output;
   // Documents 1 and 3 are validation (f = 0.5); each starts with <|endoftext|>.
@@ -153,24 +133,24 @@ TEST(TextCli, PrepareTextWritesShardsOfTheSplitDocuments) {
   EXPECT_EQ(shard_tokens(val_files), val);
   EXPECT_EQ(train_files.front(), out + "/train_000000.bin");
   // A second run into the same directory refuses to mix with the shards there.
-  const Result again = run("prepare-text --input" + inputs + " --output-dir " + out);
+  const Result again = run_cli("prepare-text --input" + inputs + " --output-dir " + out);
   EXPECT_EQ(again.status, 1);
   EXPECT_TRUE(contains(again.output, "already holds token shards")) << again.output;
   const Result missing =
-      run("prepare-text --input " + dir + "/nope.txt --output-dir " + dir + "/other");
+      run_cli("prepare-text --input " + dir + "/nope.txt --output-dir " + dir + "/other");
   EXPECT_EQ(missing.status, 1);
   EXPECT_TRUE(contains(missing.output, "cannot open --input '" + dir + "/nope.txt'"))
       << missing.output;
 }
 
 TEST(TextCli, TokensDatasetErrorsNameTheFix) {
-  Result r = run("train --dataset tokens --model gpt2 --steps 1");
+  Result r = run_cli("train --dataset tokens --model gpt2 --steps 1");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.output, "--data-dir")) << r.output;
   EXPECT_TRUE(contains(r.output, "prepare-text")) << r.output;
   const std::string dir = temp_dir("train_only");
   write_token_shard(dir + "/train_000000.bin", std::vector<int32_t>(1000, 7));
-  r = run("train --dataset tokens --data-dir " + dir + " --model gpt2 --steps 1");
+  r = run_cli("train --dataset tokens --data-dir " + dir + " --model gpt2 --steps 1");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.output, "no val shards in '" + dir + "'")) << r.output;
   EXPECT_TRUE(contains(r.output, "--val-fraction")) << r.output;
@@ -182,7 +162,7 @@ TEST(TextCli, PrepareTheBrownCorpusThenTrainGpt2OnIt) {
     GTEST_SKIP() << "Brown corpus not installed (run tools/setup.sh)";
   }
   const std::string dir = temp_dir("brown");
-  const Result p = run("prepare-text --output-dir " + dir);
+  const Result p = run_cli("prepare-text --output-dir " + dir);
   ASSERT_EQ(p.status, 0) << p.output;
   EXPECT_TRUE(contains(p.output, "500 documents from the Brown corpus")) << p.output;
   EXPECT_TRUE(contains(p.output, "450 documents")) << p.output;
@@ -206,9 +186,9 @@ TEST(TextCli, PrepareTheBrownCorpusThenTrainGpt2OnIt) {
 
   // A few steps of the tiny GPT-2 on the shards (learning below the unigram entropy takes a
   // longer run than a unit test).
-  const Result t = run("train --model gpt2 --size tiny --dataset tokens --data-dir " + dir +
-                       " --seq-len 32 --steps 3 --batch-size 4 --train-samples 64 "
-                       "--test-samples 16 --threads 1 --progress off");
+  const Result t = run_cli("train --model gpt2 --size tiny --dataset tokens --data-dir " + dir +
+                           " --seq-len 32 --steps 3 --batch-size 4 --train-samples 64 "
+                           "--test-samples 16 --threads 1 --progress off");
   ASSERT_EQ(t.status, 0) << t.output;
   for (const char* s :
        {"tokens/train", "tokens/val", "lm, 32 tokens per sample", "done: 3 steps"}) {

@@ -1,0 +1,46 @@
+// Running the `strata` binary from a test: its exit status and its stdout and stderr together.
+// The test target defines STRATA_CLI_PATH (the binary's path, from $<TARGET_FILE:strata_cli>).
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace strata::testing {
+
+struct CliResult {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `strata ARGS` through the shell and waits for it (status -1 when it did not exit).
+inline CliResult run_cli(const std::string& args) {
+  const std::string cmd = std::string(STRATA_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  CliResult r{-1, ""};
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// An empty directory NAME under the test's temporary directory (removed first if it exists).
+inline std::string fresh_temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace strata::testing
