@@ -1,7 +1,12 @@
-// The CUDA runtime seen by the engine: device discovery and plain device memory.
+// The CUDA runtime seen by the engine: device discovery, streams and events, the state of a CUDA
+// ExecContext (stream, library handles, workspaces), copies and plain device memory.
 #include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <string>
 
 #include "engine/cuda_check.h"
+#include "engine/cuda_exec.h"
 #include "engine/cuda_runtime.h"
 #include "engine/log.h"
 
@@ -31,6 +36,15 @@ void memcpy_blocking(void* dst, Device dst_device, const void* src, Device src_d
   if (nbytes == 0) return;
   const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
   STRATA_CUDA_CHECK(cudaSetDevice(device));
+  // The source may still be being written by kernels on some context's stream (ops never wait):
+  // let the device finish everything first. Copies on a hot path use memcpy_async on the
+  // stream that produced the data instead.
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+    STRATA_CUDA_CHECK(cudaSetDevice(src_device.index));
+    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+    STRATA_CUDA_CHECK(cudaSetDevice(device));
+  }
   cudaStream_t stream = nullptr;
   STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const cudaError_t copy = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream);
@@ -39,6 +53,142 @@ void memcpy_blocking(void* dst, Device dst_device, const void* src, Device src_d
   STRATA_CUDA_CHECK(copy);
   STRATA_CUDA_CHECK(sync);
 }
+
+void memcpy_async(void* dst, const void* src, size_t nbytes, void* stream) {
+  if (nbytes == 0) return;
+  STRATA_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+}
+
+void range_push(const char* name) { nvtxRangePushA(name); }
+void range_pop() { nvtxRangePop(); }
+
+// ---- streams and events ------------------------------------------------------------------------
+
+Stream::Stream(int device, int priority) : device_(device) {
+  STRATA_CUDA_CHECK(cudaSetDevice(device));
+  STRATA_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
+}
+
+Stream::~Stream() {
+  if (stream_ != nullptr) {
+    cudaSetDevice(device_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void Stream::synchronize() const { STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+Event::Event(bool timing) {
+  STRATA_CUDA_CHECK(
+      cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+Event::~Event() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+void Event::record(cudaStream_t stream) { STRATA_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+void Event::block(cudaStream_t stream) const {
+  STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+}
+bool Event::query() const {
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  STRATA_CUDA_CHECK(status);
+  return true;
+}
+void Event::synchronize() const { STRATA_CUDA_CHECK(cudaEventSynchronize(event_)); }
+float Event::elapsed_ms_since(const Event& start) const {
+  float ms = 0.0f;
+  STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+  return ms;
+}
+
+// ---- the state of a CUDA ExecContext -----------------------------------------------------------
+
+#ifdef STRATA_WITH_CUDNN
+std::string cudnn_last_error_suffix() {
+  char message[512] = {0};
+  cudnnGetLastErrorString(message, sizeof(message));
+  return message[0] != 0 ? std::string(" (") + message + ")" : std::string();
+}
+#endif
+
+CudaExec::CudaExec(int device) : stream_(device) {
+  cudaDeviceProp prop{};
+  STRATA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  sm_count_ = prop.multiProcessorCount;
+  compute_capability_ = prop.major * 10 + prop.minor;
+  STRATA_CUBLAS_CHECK(cublasCreate(&blas_));
+  STRATA_CUBLAS_CHECK(cublasSetStream(blas_, stream_.get()));
+  STRATA_CUBLAS_CHECK(cublasLtCreate(&blas_lt_));
+#ifdef STRATA_WITH_CUDNN
+  STRATA_CUDNN_CHECK(cudnnCreate(&cudnn_));
+  STRATA_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_.get()));
+#endif
+  STRATA_CUDA_CHECK(cudaMalloc(&blas_lt_workspace_, kBlasLtWorkspaceBytes));
+  STRATA_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_lt_workspace_, kBlasLtWorkspaceBytes));
+}
+
+CudaExec::~CudaExec() {
+  cudaSetDevice(stream_.device());
+  cudaStreamSynchronize(stream_.get());
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  if (blas_lt_workspace_ != nullptr) cudaFree(blas_lt_workspace_);
+#ifdef STRATA_WITH_CUDNN
+  if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+#endif
+  if (blas_lt_ != nullptr) cublasLtDestroy(blas_lt_);
+  if (blas_ != nullptr) cublasDestroy(blas_);
+}
+
+void* CudaExec::scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return scratch_;
+  STRATA_CUDA_CHECK(cudaSetDevice(device()));
+  if (scratch_ != nullptr) {
+    // Kernels enqueued earlier may still read the old buffer.
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    STRATA_CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+  }
+  const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+  const cudaError_t status = cudaMalloc(&scratch_, rounded);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    scratch_ = nullptr;
+    STRATA_THROW() << "out of memory on cuda:" << device() << ": cannot allocate a workspace of "
+                   << format_bytes(rounded) << " (" << cudaGetErrorString(status) << ")";
+  }
+  scratch_bytes_ = rounded;
+  return scratch_;
+}
+
+CudaExec& exec(const ExecContext& ctx, const char* op) {
+  CudaExec* x = ctx.cuda();
+  STRATA_CHECK(x != nullptr) << (op != nullptr ? op : "a CUDA op") << " needs a CUDA context, got "
+                             << ctx.device().str();
+  return *x;
+}
+
+CudaExec* create_exec(int device) {
+  check_device_available(Device::cuda(device));
+  return new CudaExec(device);
+}
+void destroy_exec(CudaExec* exec) { delete exec; }
+void* exec_stream(const CudaExec* exec) { return exec->stream(); }
+void synchronize_exec(const CudaExec* exec) {
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(exec->stream()));
+}
+void set_tf32(CudaExec* exec, bool enabled) {
+  exec->set_math_mode(enabled ? MathMode::kTf32 : MathMode::kFp32);
+}
+
+// ---- plain device memory -----------------------------------------------------------------------
 
 CudaAllocator::CudaAllocator(int device_index) : index_(device_index) {
   check_device_available(Device::cuda(device_index));

@@ -12,6 +12,8 @@
 
 namespace strata::cuda {
 
+class CudaExec;
+
 bool built_with_cuda();
 // Any error from cudaGetDeviceCount (no driver, "driver version is insufficient", ...) counts
 // as zero devices.
@@ -21,8 +23,86 @@ std::string device_name(int index);  // "" when the device does not exist
 void memcpy_blocking(void* dst, Device dst_device, const void* src, Device src_device,
                      size_t nbytes);
 
-// Device memory through cudaMalloc/cudaFree with the Allocator accounting and limit. (The caching
-// allocator with size classes and per-stream reuse replaces it in the CUDA backend.)
+// Copies nbytes between host and CUDA memory on `stream` (a cudaStream_t) without waiting; the
+// host side should be pinned (PinnedHostAllocator) for the copy to overlap anything.
+void memcpy_async(void* dst, const void* src, size_t nbytes, void* stream);
+
+// Creates the CUDA state of an ExecContext on cuda:`device` (stream, handles, workspaces).
+CudaExec* create_exec(int device);
+// The stream of a CudaExec, as a cudaStream_t.
+void* exec_stream(const CudaExec* exec);
+// Waits for everything enqueued on the CudaExec's stream.
+void synchronize_exec(const CudaExec* exec);
+// Selects TF32 tensor-core products for fp32 matrix products on this context (or full fp32).
+void set_tf32(CudaExec* exec, bool enabled);
+
+// NVTX ranges (shown by Nsight Systems); no-ops without CUDA.
+void range_push(const char* name);
+void range_pop();
+
+// Statistics of the caching allocator beyond the common MemoryStats.
+struct CachingStats {
+  size_t reserved = 0;        // bytes held from cudaMalloc (in use + cached)
+  size_t device_mallocs = 0;  // cudaMalloc calls
+  size_t cache_hits = 0;      // allocations served from cached blocks
+  size_t flushes = 0;         // times the cache was emptied to satisfy an allocation
+};
+
+// Device memory for the work of one stream, with a cache of freed blocks.
+//
+// Sizes are rounded to classes (multiples of 512 bytes up to 1 MiB, of 2 MiB above), and a freed
+// block returns to the cache, from which a later request of the same class (small) or the best
+// fitting block wasting at most a quarter of it (large) is served without cudaMalloc. Reuse is
+// safe without synchronization because every allocation and every kernel using it is ordered on
+// the allocator's stream. A block that was also used on another stream must be declared with
+// record_use() before it is freed: it is then kept back until that stream's work, as of the free,
+// is done.
+//
+// The limit (--mem-limit) counts requested bytes in use, as on the CPU; cached blocks are
+// returned to the device when an allocation would push in-use plus cached bytes past the limit,
+// or when cudaMalloc fails (then retried once). What still does not fit throws OutOfMemoryError
+// naming the op, the request, the limit and the peak.
+class CachingAllocator final : public Allocator {
+ public:
+  CachingAllocator(int device, void* stream);  // stream: a cudaStream_t
+  ~CachingAllocator() override;
+  void* allocate(size_t nbytes, const char* what = nullptr) override;
+  void deallocate(void* ptr, size_t nbytes) override;
+  Device device() const override { return Device::cuda(device_); }
+  size_t cached_bytes() const override;
+  void release_cached() override;
+  // `ptr` (from this allocator) is being used on `stream` too.
+  void record_use(void* ptr, void* stream);
+  CachingStats caching_stats() const;
+  // The size class a request of nbytes is served from.
+  static size_t round_size(size_t nbytes);
+
+ private:
+  struct State;
+  int device_;
+  void* stream_;
+  State* state_;
+};
+
+// Page-locked host memory (cudaHostAlloc) for copies that overlap compute; device() is the CPU.
+// Freed blocks are cached by exact size.
+class PinnedHostAllocator final : public Allocator {
+ public:
+  PinnedHostAllocator();
+  ~PinnedHostAllocator() override;
+  void* allocate(size_t nbytes, const char* what = nullptr) override;
+  void deallocate(void* ptr, size_t nbytes) override;
+  Device device() const override { return Device::cpu(); }
+  size_t cached_bytes() const override;
+  void release_cached() override;
+
+ private:
+  struct State;
+  State* state_;
+};
+
+// Device memory through cudaMalloc/cudaFree with the Allocator accounting and limit, no cache
+// (for tests of the caching allocator and for memory that lives as long as the process).
 class CudaAllocator final : public Allocator {
  public:
   explicit CudaAllocator(int device_index);

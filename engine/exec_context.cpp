@@ -17,11 +17,21 @@ ExecContext::ExecContext(Device device, Allocator* allocator, int threads) : dev
     allocator_ = allocator;
   } else if (device.is_cpu()) {
     allocator_ = &default_cpu_allocator();
-  } else {
-    owned_allocator_ = std::make_unique<cuda::CudaAllocator>(device.index);
-    allocator_ = owned_allocator_.get();
+  }
+  if (device.is_cuda()) {
+    check_device_available(device);
+    cuda_.reset(cuda::create_exec(device.index));
+    if (allocator == nullptr) {
+      owned_allocator_ =
+          std::make_unique<cuda::CachingAllocator>(device.index, cuda::exec_stream(cuda_.get()));
+      allocator_ = owned_allocator_.get();
+    }
   }
   set_threads(threads);
+}
+
+void ExecContext::synchronize() const {
+  if (cuda_) cuda::synchronize_exec(cuda_.get());
 }
 
 ExecContext::~ExecContext() = default;

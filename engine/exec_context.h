@@ -2,8 +2,10 @@
 // reaches for a process-wide device, stream or allocator.
 //
 // On the CPU it carries the allocator that op outputs come from and the number of threads ops may
-// use (OpenMP loops and the BLAS). The CUDA backend adds its stream, library handles and
-// workspaces here.
+// use (OpenMP loops and the BLAS). On cuda:N it owns a non-blocking stream that every op of the
+// context is enqueued on, the cuBLAS/cuBLASLt/cuDNN handles bound to that stream, their
+// workspaces (cuda::CudaExec, engine/cuda_exec.h), and a caching allocator whose blocks are
+// reused in the order of that stream.
 #pragma once
 
 #include <memory>
@@ -13,10 +15,17 @@
 
 namespace strata {
 
+namespace cuda {
+class CudaExec;  // engine/cuda_exec.h: stream, library handles, workspaces
+// Deletes a CudaExec (defined where CudaExec is complete; a build without CUDA never makes one).
+void destroy_exec(CudaExec* exec);
+}  // namespace cuda
+
 class ExecContext {
  public:
-  // `allocator` defaults to default_cpu_allocator() for the CPU and to a CudaAllocator owned by
-  // this context for cuda:N (which must exist). `threads` <= 0 keeps the library default.
+  // `allocator` defaults to default_cpu_allocator() for the CPU and to a caching allocator on the
+  // context's stream, owned by this context, for cuda:N (which must exist). `threads` <= 0 keeps
+  // the library default.
   explicit ExecContext(Device device = Device::cpu(), Allocator* allocator = nullptr,
                        int threads = 0);
   ExecContext(const ExecContext&) = delete;
@@ -29,8 +38,19 @@ class ExecContext {
   int threads() const { return threads_; }
   void set_threads(int threads);
 
+  // The CUDA state (stream, handles) of a cuda:N context; nullptr on the CPU.
+  cuda::CudaExec* cuda() const { return cuda_.get(); }
+  // Waits until every op enqueued on this context has finished (a no-op on the CPU).
+  void synchronize() const;
+
  private:
+  struct CudaExecDeleter {
+    void operator()(cuda::CudaExec* p) const { cuda::destroy_exec(p); }
+  };
   Device device_;
+  // Declared before the allocator: the allocator's cached blocks are freed (in stream order)
+  // before the stream goes.
+  std::unique_ptr<cuda::CudaExec, CudaExecDeleter> cuda_;
   std::unique_ptr<Allocator> owned_allocator_;
   Allocator* allocator_;
   int threads_ = 0;

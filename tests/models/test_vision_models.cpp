@@ -92,7 +92,25 @@ TEST(VisionModels, VggLayoutAndShapes) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("at least 32 x 32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--size 16-small"), std::string::npos) << e.what();
   }
+  // The small variant: 28 px reaches 1 x 1 after four pools and the fifth is left out; a
+  // 512-wide classifier after a global average pool.
+  auto small = build("vgg", "11-small", {1, 28, 28}, 10);
+  EXPECT_EQ(count_params(*small), 9749770);
+  EXPECT_EQ(small->output_shape(), (Shape{10}));
+  int pools = 0;
+  for (size_t i = 0; i < small->size(); ++i) {
+    pools += std::string(small->layer(i).type()) == "max_pool2d" ? 1 : 0;
+  }
+  EXPECT_EQ(pools, 4);
+  auto small_cifar = build("vgg", "11-bn-small", kCifar, 10);
+  int cifar_pools = 0;
+  for (size_t i = 0; i < small_cifar->size(); ++i) {
+    cifar_pools += std::string(small_cifar->layer(i).type()) == "max_pool2d" ? 1 : 0;
+  }
+  EXPECT_EQ(cifar_pools, 5);
+  EXPECT_EQ(small_cifar->output_shape(), (Shape{10}));
   for (const std::string size : {"tiny", "tiny-bn"}) {
     EXPECT_EQ(build("vgg", size, {1, 28, 28}, 10)->output_shape(), (Shape{10})) << size;
   }
