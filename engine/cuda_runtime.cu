@@ -54,6 +54,15 @@ void memcpy_blocking(void* dst, Device dst_device, const void* src, Device src_d
   STRATA_CUDA_CHECK(sync);
 }
 
+void memset_blocking(void* dst, int value, size_t nbytes, Device device) {
+  if (nbytes == 0) return;
+  STRATA_CUDA_CHECK(cudaSetDevice(device.index));
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  Stream stream(device.index);
+  STRATA_CUDA_CHECK(cudaMemsetAsync(dst, value, nbytes, stream.get()));
+  stream.synchronize();
+}
+
 void memcpy_async(void* dst, const void* src, size_t nbytes, void* stream) {
   if (nbytes == 0) return;
   STRATA_CUDA_CHECK(
@@ -172,6 +181,8 @@ CudaExec& exec(const ExecContext& ctx, const char* op) {
   CudaExec* x = ctx.cuda();
   STRATA_CHECK(x != nullptr) << (op != nullptr ? op : "a CUDA op") << " needs a CUDA context, got "
                              << ctx.device().str();
+  // Kernels launch on the current device: make it the context's (a thread-local setting, cheap).
+  STRATA_CUDA_CHECK(cudaSetDevice(x->device()));
   return *x;
 }
 

@@ -23,6 +23,8 @@ std::string device_name(int index);  // "" when the device does not exist
 void memcpy_blocking(void* dst, Device dst_device, const void* src, Device src_device,
                      size_t nbytes);
 
+// Sets nbytes of device memory to `value` after the device has finished its work, and waits.
+void memset_blocking(void* dst, int value, size_t nbytes, Device device);
 // Copies nbytes between host and CUDA memory on `stream` (a cudaStream_t) without waiting; the
 // host side should be pinned (PinnedHostAllocator) for the copy to overlap anything.
 void memcpy_async(void* dst, const void* src, size_t nbytes, void* stream);

@@ -21,6 +21,7 @@ std::string device_name(int) { return ""; }
 void memcpy_blocking(void*, Device dst_device, const void*, Device src_device, size_t) {
   no_cuda("copy " + src_device.str() + " -> " + dst_device.str());
 }
+void memset_blocking(void*, int, size_t, Device device) { no_cuda("memset on " + device.str()); }
 void memcpy_async(void*, const void*, size_t, void*) { no_cuda("asynchronous copy"); }
 
 CudaExec* create_exec(int device) { no_cuda("cuda:" + std::to_string(device)); }

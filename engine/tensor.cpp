@@ -179,10 +179,22 @@ void for_each_row(const Shape& shape, const Shape& dst_strides, const Shape& src
   }
 }
 
-void check_cpu(const Tensor& t, const char* what) {
+// The element-wise helpers work on device tensors by staging through the host: a blocking copy
+// (after the device has finished every op) of a contiguous tensor. They are for initialization,
+// checkpoints and reports, not for the hot path, which uses device ops.
+Tensor host_copy(const Tensor& t, const char* what) {
   STRATA_CHECK(t.defined()) << what << " on an undefined tensor";
-  STRATA_CHECK(t.device().is_cpu())
-      << what << " needs a CPU tensor, got " << t.str() << "; copy it to the host first";
+  if (t.device().is_cpu()) return t;
+  STRATA_CHECK(t.is_contiguous()) << what << " of a strided device tensor " << t.str()
+                                  << " is not supported; make it contiguous on the device first";
+  Tensor h = Tensor::empty(t.shape(), t.dtype());
+  copy_across_devices(h, t);
+  return h;
+}
+
+void check_device_destination(const Tensor& t, const char* what) {
+  STRATA_CHECK(t.is_contiguous()) << what << " into a strided device tensor " << t.str()
+                                  << " is not supported";
 }
 
 }  // namespace
@@ -226,7 +238,10 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, All
   STRATA_CHECK_EQ(static_cast<int64_t>(values.size()), shape_numel(shape))
       << "from_vector: " << values.size() << " values for shape " << strata::shape_str(shape);
   Tensor t = empty(shape, dtype_of<T>(), alloc);
-  STRATA_CHECK(t.device().is_cpu()) << "from_vector needs a CPU allocator";
+  if (!t.device().is_cpu()) {
+    t.copy_from(from_vector(values, shape));
+    return t;
+  }
   if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
   return t;
 }
@@ -409,18 +424,34 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
-  check_cpu(*this, "to(dtype)");
+  STRATA_CHECK(defined()) << "to(dtype) on an undefined tensor";
   Tensor out = empty(shape_, dtype, &allocator());
   out.copy_from(*this);
   return out;
 }
 
 void Tensor::copy_from(const Tensor& src) const {
-  check_cpu(*this, "copy_from");
-  check_cpu(src, "copy_from");
+  STRATA_CHECK(defined() && src.defined()) << "copy_from with an undefined tensor";
   STRATA_CHECK(shape_ == src.shape_)
       << "copy_from: shape " << src.shape_str() << " into shape " << shape_str();
   if (numel() == 0) return;
+  if (!device().is_cpu() || !src.device().is_cpu()) {
+    if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous()) {
+      copy_across_devices(*this, src);
+      return;
+    }
+    // Convert (or gather a strided view) on the host, then copy.
+    const Tensor h_src = host_copy(src, "copy_from");
+    if (device().is_cpu()) {
+      copy_from(h_src);
+      return;
+    }
+    check_device_destination(*this, "copy_from");
+    Tensor h_dst = Tensor::empty(shape_, dtype_);
+    h_dst.copy_from(h_src);
+    copy_across_devices(*this, h_dst);
+    return;
+  }
   if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous()) {
     std::memmove(raw_data(), src.raw_data(), nbytes());
     return;
@@ -445,7 +476,18 @@ void Tensor::copy_from(const Tensor& src) const {
 }
 
 void Tensor::fill_(double value) const {
-  check_cpu(*this, "fill_");
+  STRATA_CHECK(defined()) << "fill_ on an undefined tensor";
+  if (!device().is_cpu()) {
+    check_device_destination(*this, "fill_");
+    if (value == 0.0) {
+      cuda::memset_blocking(raw_data(), 0, nbytes(), device());
+      return;
+    }
+    Tensor h = Tensor::empty(shape_, dtype_);
+    h.fill_(value);
+    copy_across_devices(*this, h);
+    return;
+  }
   char* base = static_cast<char*>(raw_data());
   dispatch_dtype(dtype_, [&](auto tag) {
     using T = decltype(tag);
@@ -474,7 +516,7 @@ T Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  check_cpu(*this, "to_vector");
+  STRATA_CHECK(defined()) << "to_vector on an undefined tensor";
   Tensor c = Tensor::empty(shape_, dtype_of<T>());
   c.copy_from(*this);
   const T* p = c.data<T>();

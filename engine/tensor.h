@@ -5,8 +5,10 @@
 // (view, transpose, permute, narrow, select, ...) never copy; contiguous(), clone(), to() and
 // copy_from() do, and say so. Offsets and strides count elements, not bytes.
 //
-// Host and device copies are always explicit: a CUDA tensor's data<T>() is a device pointer, and
-// the element-wise helpers here (fill_, copy_from, to_vector, ...) work on CPU tensors only.
+// A CUDA tensor's data<T>() is a device pointer. The element-wise helpers here (fill_, zero_,
+// copy_from, to(dtype), item, to_vector, from_vector) also take contiguous device tensors by
+// staging through the host: each waits for the device to finish, copies and blocks. They are for
+// initialization, checkpoints and reports; the hot path uses device ops (ops/).
 #pragma once
 
 #include <cstdint>

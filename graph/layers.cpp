@@ -348,10 +348,11 @@ TensorList BatchNormLayer::backward(ExecContext& ctx, const TensorList& grad_out
     pi[c] = 1.0 / std::sqrt(pi[c] + eps_);
     pm[c] = -pm[c];
   }
-  Tensor inv = invstd.to(x.dtype()).view(channel_shape);
+  Tensor inv = to_allocator(invstd.to(x.dtype()), ctx.allocator()).view(channel_shape);
   Tensor scale = affine_ ? ops::mul(ctx, inv, gamma.view(channel_shape)) : inv;
   if (dgamma.defined()) {
-    Tensor xhat = ops::mul(ctx, ops::add(ctx, x, neg_mean.to(x.dtype()).view(channel_shape)), inv);
+    Tensor shift = to_allocator(neg_mean.to(x.dtype()), ctx.allocator()).view(channel_shape);
+    Tensor xhat = ops::mul(ctx, ops::add(ctx, x, shift), inv);
     ops::add_(ctx, dgamma,
               ops::sum_to_shape(ctx, ops::mul(ctx, dy, xhat), channel_shape).view({channels_}));
     ops::add_(ctx, dbeta, ops::sum_to_shape(ctx, dy, channel_shape).view({channels_}));

@@ -250,8 +250,9 @@ void Executor::drain_sends() {
 void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats) {
   InFlight& f = state(mb);
   const MicroBatchSource::Info info = source.info(mb);
-  const TensorList inputs = first_stage() ? source.input(mb) : std::move(f.inputs);
+  TensorList inputs = first_stage() ? source.input(mb) : std::move(f.inputs);
   f.inputs.clear();
+  for (Tensor& t : inputs) t = on_device(t);
   graph::ForwardOptions options;
   options.training = training;
   options.seed = config_.seed;
@@ -269,7 +270,7 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
       << "the model's last layer must output (B, ..., classes), got "
       << (outputs.empty() ? std::string("nothing") : outputs[0].shape_str());
   const Tensor& logits = outputs[0];
-  const Tensor target = source.target(mb);
+  const Tensor target = on_device(source.target(mb));
   const Shape flat_targets(logits.shape().begin(), logits.shape().end() - 1);
   STRATA_CHECK(target.shape() == flat_targets)
       << "targets of shape " << target.shape_str() << " do not match logits of shape "

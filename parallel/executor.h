@@ -140,6 +140,11 @@ class Executor {
   StepStats evaluate(int64_t first, int64_t count, MicroBatchSource& source);
 
   bool first_stage() const { return range_.stage == 0; }
+  // `t` on this rank's device: itself when it is there already, else a copy (data-loader
+  // batches are host tensors).
+  Tensor on_device(const Tensor& t) const {
+    return !t.defined() || t.device() == ctx_.device() ? t : to_allocator(t, ctx_.allocator());
+  }
   bool last_stage() const { return range_.stage == range_.stages - 1; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
 

@@ -19,8 +19,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Multiplies a CPU f32/f64 tensor by `factor` in place.
+// Multiplies an f32/f64 tensor by `factor` in place (a device tensor through a host copy: these
+// are the few normalization statistics, once per step).
 void scale_in_place(const Tensor& t, double factor) {
+  if (!t.device().is_cpu()) {
+    Tensor h = to_allocator(t, default_cpu_allocator());
+    scale_in_place(h, factor);
+    t.copy_from(h);
+    return;
+  }
   if (t.dtype() == DType::kF32) {
     float* p = t.data<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(p[i] * factor);

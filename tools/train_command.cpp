@@ -373,9 +373,12 @@ void print_stages(const parallel::TrainSummary& summary, const Setup& setup) {
 void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator* world, int threads,
               const Device& device) {
   const int rank = world != nullptr ? world->rank() : 0;
-  CpuAllocator allocator;  // everything this rank allocates, so --mem-limit covers all of it
+  // Everything this rank allocates on its device comes from one allocator, so --mem-limit covers
+  // all of it: a CPU allocator of its own, or the CUDA context's caching allocator.
+  CpuAllocator cpu_allocator;
+  ExecContext ctx(device, device.is_cpu() ? &cpu_allocator : nullptr, threads);
+  Allocator& allocator = ctx.allocator();
   if (!o.mem_limit.empty()) allocator.set_limit(parse_bytes(o.mem_limit));
-  ExecContext ctx(device, &allocator, threads);
   std::unique_ptr<io::JsonlWriter> metrics;
   std::unique_ptr<ConsoleReporter> reporter;
   if (rank == 0) {
