@@ -33,6 +33,18 @@ Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, c
 Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                        const Tensor& dweight, const Tensor& dbias, bool need_dx = true);
 
+// The linear layer followed by GELU (tanh form, ops/activation.h) in one op:
+//   pre = x @ weight^T + bias,  y = gelu(pre)
+// x: (..., K), weight: (M, K), bias: (M,) or undefined  ->  y and pre: (..., M). pre is what
+// gelu_backward needs (then linear_backward). On CUDA one cuBLASLt product with the
+// GELU_AUX_BIAS epilogue writes both. The public entry lives in ops/linear_gelu.cpp.
+struct LinearGeluResult {
+  Tensor y;
+  Tensor pre;
+};
+LinearGeluResult linear_gelu_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                                     const Tensor& bias);
+
 namespace cpu {
 Tensor matmul(ExecContext& ctx, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
 MatmulGrads matmul_backward(ExecContext& ctx, const Tensor& dc, const Tensor& a, const Tensor& b,
@@ -40,5 +52,20 @@ MatmulGrads matmul_backward(ExecContext& ctx, const Tensor& dc, const Tensor& a,
 Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                        const Tensor& dweight, const Tensor& dbias, bool need_dx);
+LinearGeluResult linear_gelu_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                                     const Tensor& bias);
 }  // namespace cpu
+
+// cuBLASLt (ops/matmul_cuda.cu): f32 (TF32 tensor cores when the context's math mode says so),
+// bf16 and f16 tensors, products accumulated in f32.
+namespace cuda {
+Tensor matmul(ExecContext& ctx, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
+MatmulGrads matmul_backward(ExecContext& ctx, const Tensor& dc, const Tensor& a, const Tensor& b,
+                            bool trans_a, bool trans_b, bool need_da, bool need_db);
+Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias);
+Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Tensor& dweight, const Tensor& dbias, bool need_dx);
+LinearGeluResult linear_gelu_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                                     const Tensor& bias);
+}  // namespace cuda
 }  // namespace strata::ops

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/activation.h"
 #include "ops/blas.h"
 #include "ops/cpu_util.h"
 #include "ops/matmul.h"
@@ -221,6 +222,14 @@ Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, cons
     if (dbias.defined()) accumulate_column_sums(pdy, n, m, dbias.data<T>());
   });
   return dx;
+}
+
+LinearGeluResult linear_gelu_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                                     const Tensor& bias) {
+  LinearGeluResult r;
+  r.pre = linear_forward(ctx, x, weight, bias);
+  r.y = gelu_forward(ctx, r.pre);
+  return r;
 }
 
 }  // namespace strata::ops::cpu
