@@ -48,4 +48,18 @@ Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
                            const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dgamma,
                            const Tensor& dbeta);
 }  // namespace cpu
+
+// CUDA kernels (ops/batch_norm_cuda.cu): f32, bf16 and f16, statistics merged in double.
+namespace cuda {
+BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
+                                              const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& running_mean, const Tensor& running_var,
+                                              double momentum, double eps);
+Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                               const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, double eps);
+Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dgamma,
+                           const Tensor& dbeta);
+}  // namespace cuda
 }  // namespace strata::ops

@@ -41,4 +41,14 @@ Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, cons
                        const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
                        bool need_dx);
 }  // namespace cpu
+
+// CUDA kernels (ops/conv2d_cuda.cu, cuDNN): f32, bf16 and f16 (fp32 accumulation); in a build
+// without cuDNN they throw.
+namespace cuda {
+Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Conv2dParams& params);
+Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
+                       bool need_dx);
+}  // namespace cuda
 }  // namespace strata::ops

@@ -57,4 +57,17 @@ Tensor avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_sh
 Tensor adaptive_avg_pool2d_forward(ExecContext& ctx, const Tensor& x, int64_t out_h, int64_t out_w);
 Tensor adaptive_avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape);
 }  // namespace cpu
+
+// CUDA kernels (ops/pooling_cuda.cu): f32, bf16 and f16, computing in f32. max_pool2d_backward
+// skips out-of-plane indices instead of throwing (a kernel cannot report them without a sync).
+namespace cuda {
+MaxPool2dResult max_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params);
+Tensor max_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& indices,
+                           const Shape& x_shape);
+Tensor avg_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params);
+Tensor avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape,
+                           const Pool2dParams& params);
+Tensor adaptive_avg_pool2d_forward(ExecContext& ctx, const Tensor& x, int64_t out_h, int64_t out_w);
+Tensor adaptive_avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_shape);
+}  // namespace cuda
 }  // namespace strata::ops

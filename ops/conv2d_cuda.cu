@@ -1,0 +1,635 @@
+// 2-D convolution on CUDA through cuDNN's (deprecated in cuDNN 9, still present) legacy API,
+// NCHW, f32, bf16 and f16 with f32 accumulation (compute type CUDNN_DATA_FLOAT).
+//
+//   forward   cudnnConvolutionForward (beta 0), then an own kernel adds the bias;
+//   backward  cudnnConvolutionBackwardData (beta 0) for dx, cudnnConvolutionBackwardFilter with
+//             beta 1 (accumulates into dweight), and an own per-channel reduction of dy for dbias
+//             (f32 per thread, double across threads and blocks, then dbias += in the finalize).
+//
+// Algorithms: chosen once per (device, dtype, math mode, shapes, parameters, direction) with
+// cuDNN's heuristics (cudnnGet..._v7, which neither runs nor synchronizes anything), keeping the
+// best one whose workspace fits kWorkspaceLimit, and cached in a process-wide map. f32 under
+// MathMode::kFp32 keeps full-precision FMA kernels (CUDNN_FMA_MATH, no TF32); MathMode::kTf32
+// lets cuDNN use TF32 tensor cores; bf16/f16 use tensor cores. Workspaces come from the
+// context's scratch buffer. Batches whose tensors pass cuDNN's 32-bit sizes are split into
+// chunks of images (dweight accumulates over them).
+//
+// Without cuDNN (STRATA_WITH_CUDNN undefined) both ops throw.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "engine/cuda_exec.h"
+#include "ops/conv2d.h"
+
+#ifdef STRATA_WITH_CUDNN
+// The legacy convolution API is deprecated in cuDNN 9; these calls are what this file is for.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#pragma nv_diag_suppress 1444
+#pragma nv_diag_suppress 1215
+#endif
+
+namespace strata::ops::cuda {
+
+#ifdef STRATA_WITH_CUDNN
+
+namespace {
+
+namespace sc = ::strata::cuda;
+
+constexpr int kThreads = 256;
+// Largest cuDNN workspace an algorithm may ask for.
+constexpr size_t kWorkspaceLimit = size_t{512} << 20;
+
+// ---- element conversions --------------------------------------------------------------------
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half(v);
+}
+
+// ---- bias kernels -----------------------------------------------------------------------------
+
+// y[b, o, :] += bias[o]; y is (B, OC, plane).
+template <typename T, typename I>
+__global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, I total, I plane,
+                                I channels) {
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I o = (i / plane) % channels;
+    y[i] = from_float<T>(to_float(y[i]) + to_float(bias[o]));
+  }
+}
+
+// Block (o, split) sums its even share of channel o's B plane values of dy into
+// partial[o splits + split] (f32 per thread, double across the block).
+template <typename T, typename I>
+__global__ void bias_grad_partial_kernel(const T* __restrict__ dy, I per_channel, I plane,
+                                         int64_t channels, double* __restrict__ partial) {
+  const int64_t o = blockIdx.x;
+  const int64_t splits = gridDim.y, split = blockIdx.y;
+  const I t0 = static_cast<I>(static_cast<int64_t>(per_channel) * split / splits);
+  const I t1 = static_cast<I>(static_cast<int64_t>(per_channel) * (split + 1) / splits);
+  float sum = 0.0f;
+  for (I t = t0 + static_cast<I>(threadIdx.x); t < t1; t += static_cast<I>(blockDim.x)) {
+    const I b = t / plane;
+    const I s = t - b * plane;
+    sum += to_float(dy[(static_cast<int64_t>(b) * channels + o) * plane + s]);
+  }
+  double total = sum;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    total += __shfl_down_sync(0xffffffffu, total, offset);
+  }
+  __shared__ double warps[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warps[warp] = total;
+  __syncthreads();
+  if (warp == 0) {
+    total = lane < static_cast<int>(blockDim.x >> 5) ? warps[lane] : 0.0;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      total += __shfl_down_sync(0xffffffffu, total, offset);
+    }
+    if (lane == 0) partial[o * splits + split] = total;
+  }
+}
+
+// A warp per channel: dbias[o] += the sum of its `splits` partial sums.
+template <typename T>
+__global__ void bias_grad_finalize_kernel(const double* __restrict__ partial, int64_t splits,
+                                          T* __restrict__ dbias) {
+  const int64_t o = blockIdx.x;
+  const int lane = threadIdx.x & 31;
+  double sum = 0.0;
+  for (int64_t k = lane; k < splits; k += 32) sum += partial[o * splits + k];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  }
+  if (lane == 0) dbias[o] = from_float<T>(to_float(dbias[o]) + static_cast<float>(sum));
+}
+
+// ---- checks -----------------------------------------------------------------------------------
+
+void check_device_tensor(const ExecContext& ctx, const Tensor& t, const char* op,
+                         const char* name) {
+  STRATA_CHECK(t.defined()) << op << ": " << name << " is undefined";
+  STRATA_CHECK(t.device() == ctx.device()) << op << ": " << name << " is on " << t.device().str()
+                                           << ", the context is on " << ctx.device().str();
+  STRATA_CHECK(t.is_contiguous()) << op << ": " << name << " " << t.str() << " must be contiguous";
+}
+
+void check_float(const ExecContext& ctx, const Tensor& t, const char* op, const char* name) {
+  check_device_tensor(ctx, t, op, name);
+  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16)
+      << op << ": " << name << " must be f32, bf16 or f16 on CUDA, got " << dtype_name(t.dtype());
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a,
+                      const char* name_b) {
+  STRATA_CHECK(a.dtype() == b.dtype()) << op << ": " << name_a << " is " << dtype_name(a.dtype())
+                                       << " but " << name_b << " is " << dtype_name(b.dtype());
+}
+
+void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
+  STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
+                                      << ", expected " << shape_str(expected);
+}
+
+template <typename F>
+void dispatch_float(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      f(float{});
+      return;
+    case DType::kBF16:
+      f(__nv_bfloat16{});
+      return;
+    case DType::kF16:
+      f(__half{});
+      return;
+    default:
+      STRATA_THROW() << op << ": unsupported dtype " << dtype_name(dtype)
+                     << " (the CUDA kernels take f32, bf16 or f16)";
+  }
+}
+
+struct ConvGeometry {
+  int64_t batch = 0, in_c = 0, in_h = 0, in_w = 0;
+  int64_t out_c = 0, in_c_g = 0, k_h = 0, k_w = 0, out_h = 0, out_w = 0;
+  Conv2dParams p;
+  int64_t in_image() const { return in_c * in_h * in_w; }
+  int64_t out_image() const { return out_c * out_h * out_w; }
+  int64_t out_plane() const { return out_h * out_w; }
+};
+
+// The CPU op's checks (ops/conv2d_cpu.cpp), with CUDA placement and dtypes.
+ConvGeometry conv_geometry(const ExecContext& ctx, const char* op, const Tensor& x,
+                           const Tensor& weight, const Conv2dParams& p) {
+  check_float(ctx, x, op, "x");
+  check_float(ctx, weight, op, "weight");
+  check_same_dtype(x, weight, op, "x", "weight");
+  STRATA_CHECK(x.dim() == 4) << op << ": x must be (B, C, H, W), got " << x.shape_str();
+  STRATA_CHECK(weight.dim() == 4) << op << ": weight must be (OC, C / groups, KH, KW), got "
+                                  << weight.shape_str();
+  STRATA_CHECK(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1 &&
+               p.pad_h >= 0 && p.pad_w >= 0 && p.groups >= 1)
+      << op << ": need stride >= 1, dilation >= 1, padding >= 0 and groups >= 1; got stride ("
+      << p.stride_h << ", " << p.stride_w << "), dilation (" << p.dilation_h << ", " << p.dilation_w
+      << "), padding (" << p.pad_h << ", " << p.pad_w << "), groups " << p.groups;
+  ConvGeometry g;
+  g.p = p;
+  g.batch = x.size(0);
+  g.in_c = x.size(1);
+  g.in_h = x.size(2);
+  g.in_w = x.size(3);
+  g.out_c = weight.size(0);
+  g.in_c_g = weight.size(1);
+  g.k_h = weight.size(2);
+  g.k_w = weight.size(3);
+  STRATA_CHECK(g.in_c > 0 && g.in_h > 0 && g.in_w > 0)
+      << op << ": x " << x.shape_str() << " has an empty channel or spatial dimension";
+  STRATA_CHECK(g.out_c > 0 && g.in_c_g > 0 && g.k_h > 0 && g.k_w > 0)
+      << op << ": weight " << weight.shape_str() << " has an empty dimension";
+  STRATA_CHECK(g.in_c % p.groups == 0 && g.out_c % p.groups == 0)
+      << op << ": groups " << p.groups << " must divide both x's channels (" << g.in_c
+      << ") and weight's output channels (" << g.out_c << ")";
+  STRATA_CHECK_EQ(g.in_c_g * p.groups, g.in_c)
+      << op << ": weight " << weight.shape_str() << " with groups " << p.groups << " takes "
+      << g.in_c_g * p.groups << " input channels, but x " << x.shape_str() << " has " << g.in_c;
+  const int64_t span_h = p.dilation_h * (g.k_h - 1) + 1;
+  const int64_t span_w = p.dilation_w * (g.k_w - 1) + 1;
+  STRATA_CHECK(span_h <= g.in_h + 2 * p.pad_h && span_w <= g.in_w + 2 * p.pad_w)
+      << op << ": weight " << weight.shape_str() << " with dilation (" << p.dilation_h << ", "
+      << p.dilation_w << ") spans " << span_h << " x " << span_w << ", larger than x "
+      << x.shape_str() << " padded by (" << p.pad_h << ", " << p.pad_w << ")";
+  g.out_h = conv2d_output_size(g.in_h, g.k_h, p.stride_h, p.pad_h, p.dilation_h);
+  g.out_w = conv2d_output_size(g.in_w, g.k_w, p.stride_w, p.pad_w, p.dilation_w);
+  // cuDNN's legacy descriptors take int sizes and strides.
+  const int64_t params[] = {g.in_c,   g.in_h,       g.in_w,       g.out_c,       g.k_h,
+                            g.k_w,    p.stride_h,   p.stride_w,   p.pad_h,       p.pad_w,
+                            p.groups, p.dilation_h, p.dilation_w, weight.numel()};
+  for (int64_t v : params) {
+    STRATA_CHECK_LE(v, INT_MAX) << op << ": x " << x.shape_str() << " / weight "
+                                << weight.shape_str() << " has a size or parameter past cuDNN's "
+                                << "32-bit limit";
+  }
+  STRATA_CHECK(g.in_image() <= INT_MAX && g.out_image() <= INT_MAX)
+      << op << ": one image of x " << x.shape_str() << " or of the output (" << g.out_c << ", "
+      << g.out_h << ", " << g.out_w << ") has more than 2^31 - 1 elements (cuDNN's limit)";
+  return g;
+}
+
+// Images per cuDNN call: every tensor of a call stays within 2^31 - 1 elements.
+int64_t images_per_call(const ConvGeometry& g) {
+  const int64_t per_image = std::max<int64_t>(g.in_image(), g.out_image());
+  return std::clamp<int64_t>(INT_MAX / per_image, 1, std::max<int64_t>(g.batch, 1));
+}
+
+cudnnDataType_t cudnn_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return CUDNN_DATA_FLOAT;
+    case DType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::kF16:
+      return CUDNN_DATA_HALF;
+    default:
+      STRATA_THROW() << "conv2d: no cuDNN type for " << dtype_name(dtype);
+  }
+}
+
+// ---- descriptors ------------------------------------------------------------------------------
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(cudnnDataType_t dtype, int64_t n, int64_t c, int64_t h, int64_t w) {
+    STRATA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+    STRATA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, dtype, static_cast<int>(n),
+                                                  static_cast<int>(c), static_cast<int>(h),
+                                                  static_cast<int>(w)));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc(cudnnDataType_t dtype, const ConvGeometry& g) {
+    STRATA_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
+    STRATA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+        d, dtype, CUDNN_TENSOR_NCHW, static_cast<int>(g.out_c), static_cast<int>(g.in_c_g),
+        static_cast<int>(g.k_h), static_cast<int>(g.k_w)));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const ConvGeometry& g, cudnnMathType_t math) {
+    STRATA_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
+    const Conv2dParams& p = g.p;
+    STRATA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        d, static_cast<int>(p.pad_h), static_cast<int>(p.pad_w), static_cast<int>(p.stride_h),
+        static_cast<int>(p.stride_w), static_cast<int>(p.dilation_h),
+        static_cast<int>(p.dilation_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    STRATA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, static_cast<int>(p.groups)));
+    STRATA_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// The descriptors of one cuDNN call over `nb` images.
+struct CallDescs {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  CallDescs(const ConvGeometry& g, cudnnDataType_t dtype, int64_t nb, cudnnMathType_t math)
+      : x(dtype, nb, g.in_c, g.in_h, g.in_w),
+        y(dtype, nb, g.out_c, g.out_h, g.out_w),
+        w(dtype, g),
+        conv(g, math) {}
+};
+
+// ---- algorithm choice and cache -----------------------------------------------------------------
+
+enum class Direction { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
+
+struct AlgoChoice {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t workspace = 0;
+};
+
+using AlgoKey = std::array<int64_t, 20>;
+
+// The math type requested for a dtype under the context's math mode, and whether a result's
+// math type is acceptable (f32 without TF32 takes FMA kernels only).
+cudnnMathType_t requested_math(DType dtype, sc::MathMode mode) {
+  if (dtype != DType::kF32) return CUDNN_TENSOR_OP_MATH;
+  return mode == sc::MathMode::kTf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+bool math_allowed(DType dtype, sc::MathMode mode, cudnnMathType_t math) {
+  if (dtype == DType::kF32 && mode == sc::MathMode::kFp32) return math == CUDNN_FMA_MATH;
+  return true;
+}
+
+AlgoKey algo_key(const sc::CudaExec& ex, const ConvGeometry& g, DType dtype, int64_t nb,
+                 Direction dir) {
+  const Conv2dParams& p = g.p;
+  return AlgoKey{ex.device(),
+                 static_cast<int64_t>(dtype),
+                 static_cast<int64_t>(ex.math_mode()),
+                 static_cast<int64_t>(dir),
+                 nb,
+                 g.in_c,
+                 g.in_h,
+                 g.in_w,
+                 g.out_c,
+                 g.k_h,
+                 g.k_w,
+                 p.stride_h,
+                 p.stride_w,
+                 p.pad_h,
+                 p.pad_w,
+                 p.dilation_h,
+                 p.dilation_w,
+                 p.groups,
+                 0,
+                 0};
+}
+
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<AlgoKey, AlgoChoice>& algo_cache() {
+  static std::map<AlgoKey, AlgoChoice> cache;
+  return cache;
+}
+
+// Picks the first heuristic result that succeeded, has an allowed math type and fits the
+// workspace limit; `fallback` (an algorithm every configuration supports) otherwise.
+template <typename Perf, typename GetWorkspace>
+AlgoChoice pick(const std::vector<Perf>& perfs, int returned, DType dtype, sc::MathMode mode,
+                int fallback, cudnnMathType_t fallback_math, GetWorkspace&& get_workspace) {
+  for (int i = 0; i < returned; ++i) {
+    const Perf& r = perfs[i];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > kWorkspaceLimit) continue;
+    if (!math_allowed(dtype, mode, r.mathType)) continue;
+    return AlgoChoice{static_cast<int>(r.algo), r.mathType, r.memory};
+  }
+  AlgoChoice c;
+  c.algo = fallback;
+  c.math = fallback_math;
+  c.workspace = get_workspace(fallback);
+  return c;
+}
+
+AlgoChoice choose_algo(sc::CudaExec& ex, const ConvGeometry& g, DType dtype, int64_t nb,
+                       Direction dir) {
+  const AlgoKey key = algo_key(ex, g, dtype, nb, dir);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = algo_cache().find(key);
+    if (it != algo_cache().end()) return it->second;
+  }
+  const sc::MathMode mode = ex.math_mode();
+  const cudnnMathType_t math = requested_math(dtype, mode);
+  CallDescs d(g, cudnn_dtype(dtype), nb, math);
+  cudnnHandle_t h = ex.cudnn();
+  AlgoChoice choice;
+  int count = 0, returned = 0;
+  switch (dir) {
+    case Direction::kForward: {
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(std::max(count, 1));
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d,
+                                                                static_cast<int>(perfs.size()),
+                                                                &returned, perfs.data()));
+      choice = pick(perfs, returned, dtype, mode, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, math,
+                    [&](int algo) {
+                      size_t bytes = 0;
+                      STRATA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+                          h, d.x.d, d.w.d, d.conv.d, d.y.d,
+                          static_cast<cudnnConvolutionFwdAlgo_t>(algo), &bytes));
+                      return bytes;
+                    });
+      break;
+    }
+    case Direction::kBackwardData: {
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(std::max(count, 1));
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          h, d.w.d, d.y.d, d.conv.d, d.x.d, static_cast<int>(perfs.size()), &returned,
+          perfs.data()));
+      choice = pick(perfs, returned, dtype, mode, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, math,
+                    [&](int algo) {
+                      size_t bytes = 0;
+                      STRATA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                          h, d.w.d, d.y.d, d.conv.d, d.x.d,
+                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &bytes));
+                      return bytes;
+                    });
+      break;
+    }
+    case Direction::kBackwardFilter: {
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(std::max(count, 1));
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          h, d.x.d, d.y.d, d.conv.d, d.w.d, static_cast<int>(perfs.size()), &returned,
+          perfs.data()));
+      choice = pick(perfs, returned, dtype, mode, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, math,
+                    [&](int algo) {
+                      size_t bytes = 0;
+                      STRATA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                          h, d.x.d, d.y.d, d.conv.d, d.w.d,
+                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes));
+                      return bytes;
+                    });
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  algo_cache()[key] = choice;
+  return choice;
+}
+
+// ---- dbias ------------------------------------------------------------------------------------
+
+template <typename T>
+void accumulate_bias_grad(ExecContext& ctx, sc::CudaExec& ex, const ConvGeometry& g, const T* dy,
+                          T* dbias) {
+  const int64_t plane = g.out_plane();
+  const int64_t per_channel = g.batch * plane;
+  const int64_t target_blocks = 4 * static_cast<int64_t>(ex.sm_count() > 0 ? ex.sm_count() : 80);
+  const int64_t splits = std::clamp<int64_t>((target_blocks + g.out_c - 1) / g.out_c, 1,
+                                             std::clamp<int64_t>(per_channel / 2048, 1, 65535));
+  Tensor partial = Tensor::empty({g.out_c * splits}, DType::kF64, &ctx.allocator());
+  double* pp = partial.data<double>();
+  const dim3 grid(static_cast<unsigned>(g.out_c), static_cast<unsigned>(splits));
+  if (g.batch * g.out_image() < (int64_t{1} << 30)) {
+    bias_grad_partial_kernel<T, int32_t><<<grid, kThreads, 0, ex.stream()>>>(
+        dy, static_cast<int32_t>(per_channel), static_cast<int32_t>(plane), g.out_c, pp);
+  } else {
+    bias_grad_partial_kernel<T, int64_t>
+        <<<grid, kThreads, 0, ex.stream()>>>(dy, per_channel, plane, g.out_c, pp);
+  }
+  STRATA_CUDA_LAUNCH_CHECK("bias_grad_partial_kernel");
+  bias_grad_finalize_kernel<T>
+      <<<static_cast<unsigned>(g.out_c), 32, 0, ex.stream()>>>(pp, splits, dbias);
+  STRATA_CUDA_LAUNCH_CHECK("bias_grad_finalize_kernel");
+}
+
+sc::CudaExec& begin_op(const ExecContext& ctx, const char* op) {
+  sc::CudaExec& x = sc::exec(ctx, op);
+  STRATA_CUDA_CHECK(cudaSetDevice(x.device()));
+  return x;
+}
+
+}  // namespace
+
+Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Conv2dParams& params) {
+  constexpr const char* kOp = "conv2d_forward";
+  sc::CudaExec& ex = begin_op(ctx, kOp);
+  const ConvGeometry g = conv_geometry(ctx, kOp, x, weight, params);
+  if (bias.defined()) {
+    check_float(ctx, bias, kOp, "bias");
+    check_same_dtype(x, bias, kOp, "x", "bias");
+    check_shape(bias, {g.out_c}, kOp, "bias");
+  }
+  Tensor y = Tensor::empty({g.batch, g.out_c, g.out_h, g.out_w}, x.dtype(), &ctx.allocator());
+  if (g.batch == 0) return y;
+  const cudnnDataType_t dtype = cudnn_dtype(x.dtype());
+  const int64_t nb_max = images_per_call(g);
+  const size_t elem = x.element_size();
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int64_t b0 = 0; b0 < g.batch; b0 += nb_max) {
+    const int64_t nb = std::min(nb_max, g.batch - b0);
+    const AlgoChoice c = choose_algo(ex, g, x.dtype(), nb, Direction::kForward);
+    CallDescs d(g, dtype, nb, c.math);
+    void* ws = c.workspace > 0 ? ex.scratch(c.workspace) : nullptr;
+    const char* px = static_cast<const char*>(x.raw_data()) + b0 * g.in_image() * elem;
+    char* py = static_cast<char*>(y.raw_data()) + b0 * g.out_image() * elem;
+    STRATA_CUDNN_CHECK(cudnnConvolutionForward(
+        ex.cudnn(), &alpha, d.x.d, px, d.w.d, weight.raw_data(), d.conv.d,
+        static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace, &beta, d.y.d, py));
+  }
+  if (bias.defined()) {
+    dispatch_float(x.dtype(), kOp, [&](auto tag) {
+      using T = decltype(tag);
+      T* py = static_cast<T*>(y.raw_data());
+      const T* pb = static_cast<const T*>(bias.raw_data());
+      const int64_t total = y.numel();
+      const unsigned blocks = sc::blocks_for(total, kThreads, ex);
+      if (total < (int64_t{1} << 30)) {
+        add_bias_kernel<T, int32_t><<<blocks, kThreads, 0, ex.stream()>>>(
+            py, pb, static_cast<int32_t>(total), static_cast<int32_t>(g.out_plane()),
+            static_cast<int32_t>(g.out_c));
+      } else {
+        add_bias_kernel<T, int64_t>
+            <<<blocks, kThreads, 0, ex.stream()>>>(py, pb, total, g.out_plane(), g.out_c);
+      }
+      STRATA_CUDA_LAUNCH_CHECK("add_bias_kernel");
+    });
+  }
+  return y;
+}
+
+Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
+                       bool need_dx) {
+  constexpr const char* kOp = "conv2d_backward";
+  sc::CudaExec& ex = begin_op(ctx, kOp);
+  const ConvGeometry g = conv_geometry(ctx, kOp, x, weight, params);
+  check_float(ctx, dy, kOp, "dy");
+  check_same_dtype(x, dy, kOp, "x", "dy");
+  check_shape(dy, {g.batch, g.out_c, g.out_h, g.out_w}, kOp, "dy");
+  if (dweight.defined()) {
+    check_float(ctx, dweight, kOp, "dweight");
+    check_same_dtype(x, dweight, kOp, "x", "dweight");
+    check_shape(dweight, weight.shape(), kOp, "dweight");
+  }
+  if (dbias.defined()) {
+    check_float(ctx, dbias, kOp, "dbias");
+    check_same_dtype(x, dbias, kOp, "x", "dbias");
+    check_shape(dbias, {g.out_c}, kOp, "dbias");
+  }
+  Tensor dx;
+  if (need_dx) dx = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
+  if (g.batch == 0) return dx;
+  if (dbias.defined()) {
+    dispatch_float(x.dtype(), kOp, [&](auto tag) {
+      using T = decltype(tag);
+      accumulate_bias_grad<T>(ctx, ex, g, static_cast<const T*>(dy.raw_data()),
+                              static_cast<T*>(dbias.raw_data()));
+    });
+  }
+  if (!need_dx && !dweight.defined()) return dx;
+  const cudnnDataType_t dtype = cudnn_dtype(x.dtype());
+  const int64_t nb_max = images_per_call(g);
+  const size_t elem = x.element_size();
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t b0 = 0; b0 < g.batch; b0 += nb_max) {
+    const int64_t nb = std::min(nb_max, g.batch - b0);
+    AlgoChoice data_algo, filter_algo;
+    if (need_dx) data_algo = choose_algo(ex, g, x.dtype(), nb, Direction::kBackwardData);
+    if (dweight.defined()) {
+      filter_algo = choose_algo(ex, g, x.dtype(), nb, Direction::kBackwardFilter);
+    }
+    const size_t ws_bytes = std::max(need_dx ? data_algo.workspace : size_t{0},
+                                     dweight.defined() ? filter_algo.workspace : size_t{0});
+    void* ws = ws_bytes > 0 ? ex.scratch(ws_bytes) : nullptr;
+    const char* px = static_cast<const char*>(x.raw_data()) + b0 * g.in_image() * elem;
+    const char* pdy = static_cast<const char*>(dy.raw_data()) + b0 * g.out_image() * elem;
+    if (dweight.defined()) {
+      CallDescs d(g, dtype, nb, filter_algo.math);
+      STRATA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+          ex.cudnn(), &one, d.x.d, px, d.y.d, pdy, d.conv.d,
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo.algo), ws, filter_algo.workspace,
+          &one, d.w.d, dweight.raw_data()));
+    }
+    if (need_dx) {
+      CallDescs d(g, dtype, nb, data_algo.math);
+      char* pdx = static_cast<char*>(dx.raw_data()) + b0 * g.in_image() * elem;
+      STRATA_CUDNN_CHECK(cudnnConvolutionBackwardData(
+          ex.cudnn(), &one, d.w.d, weight.raw_data(), d.y.d, pdy, d.conv.d,
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo.algo), ws, data_algo.workspace,
+          &zero, d.x.d, pdx));
+    }
+  }
+  return dx;
+}
+
+#else  // no cuDNN
+
+Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Conv2dParams& params) {
+  STRATA_THROW() << "conv2d_forward: this build has no cuDNN, which the CUDA convolution needs "
+                    "(rebuild with cuDNN found, or run the op on the CPU)";
+}
+
+Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
+                       bool need_dx) {
+  STRATA_THROW() << "conv2d_backward: this build has no cuDNN, which the CUDA convolution needs "
+                    "(rebuild with cuDNN found, or run the op on the CPU)";
+}
+
+#endif  // STRATA_WITH_CUDNN
+
+}  // namespace strata::ops::cuda
+
+#ifdef STRATA_WITH_CUDNN
+#pragma GCC diagnostic pop
+#endif
