@@ -23,4 +23,11 @@ Tensor relu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y);
 Tensor gelu_forward(ExecContext& ctx, const Tensor& x);
 Tensor gelu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x);
 }  // namespace cpu
+// CUDA kernels: f32, bf16 and f16 (computed in f32).
+namespace cuda {
+Tensor relu_forward(ExecContext& ctx, const Tensor& x);
+Tensor relu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y);
+Tensor gelu_forward(ExecContext& ctx, const Tensor& x);
+Tensor gelu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x);
+}  // namespace cuda
 }  // namespace strata::ops

@@ -35,4 +35,9 @@ namespace cpu {
 DropoutResult dropout_forward(ExecContext& ctx, const Tensor& x, double p, const RngOffsets& rng);
 Tensor dropout_backward(ExecContext& ctx, const Tensor& dy, const Tensor& mask, double p);
 }  // namespace cpu
+// CUDA kernels: f32, bf16 and f16; the masks are bit-identical to the CPU's.
+namespace cuda {
+DropoutResult dropout_forward(ExecContext& ctx, const Tensor& x, double p, const RngOffsets& rng);
+Tensor dropout_backward(ExecContext& ctx, const Tensor& dy, const Tensor& mask, double p);
+}  // namespace cuda
 }  // namespace strata::ops

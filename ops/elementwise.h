@@ -39,4 +39,12 @@ Tensor scale(ExecContext& ctx, const Tensor& x, double alpha);
 void add_(ExecContext& ctx, const Tensor& dst, const Tensor& src, double alpha);
 Tensor sum_to_shape(ExecContext& ctx, const Tensor& t, const Shape& shape);
 }  // namespace cpu
+// CUDA kernels: f32, bf16 and f16 (computed in f32; sum_to_shape accumulates in double).
+namespace cuda {
+Tensor add(ExecContext& ctx, const Tensor& a, const Tensor& b);
+Tensor mul(ExecContext& ctx, const Tensor& a, const Tensor& b);
+Tensor scale(ExecContext& ctx, const Tensor& x, double alpha);
+void add_(ExecContext& ctx, const Tensor& dst, const Tensor& src, double alpha);
+Tensor sum_to_shape(ExecContext& ctx, const Tensor& t, const Shape& shape);
+}  // namespace cuda
 }  // namespace strata::ops

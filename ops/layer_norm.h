@@ -28,4 +28,12 @@ Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
                            const Tensor& mean, const Tensor& rstd, const Tensor& dgamma,
                            const Tensor& dbeta);
 }  // namespace cpu
+// CUDA kernels: f32, bf16 and f16, all tensors of one dtype (statistics in f32).
+namespace cuda {
+LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, double eps);
+Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& dgamma,
+                           const Tensor& dbeta);
+}  // namespace cuda
 }  // namespace strata::ops

@@ -30,4 +30,10 @@ Tensor permute_copy(ExecContext& ctx, const Tensor& x, const std::vector<int64_t
 Tensor concat(ExecContext& ctx, const TensorList& xs, int64_t dim);
 TensorList split(ExecContext& ctx, const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
 }  // namespace cpu
+// CUDA kernels: every dtype (elements are moved as 1, 2, 4 or 8-byte words).
+namespace cuda {
+Tensor permute_copy(ExecContext& ctx, const Tensor& x, const std::vector<int64_t>& dims);
+Tensor concat(ExecContext& ctx, const TensorList& xs, int64_t dim);
+TensorList split(ExecContext& ctx, const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+}  // namespace cuda
 }  // namespace strata::ops

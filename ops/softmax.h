@@ -16,4 +16,9 @@ namespace cpu {
 Tensor softmax_forward(ExecContext& ctx, const Tensor& x);
 Tensor softmax_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y);
 }  // namespace cpu
+// CUDA kernels: f32, bf16 and f16 (computed and accumulated in f32).
+namespace cuda {
+Tensor softmax_forward(ExecContext& ctx, const Tensor& x);
+Tensor softmax_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y);
+}  // namespace cuda
 }  // namespace strata::ops
