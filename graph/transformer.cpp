@@ -16,7 +16,8 @@
 //
 // Saved state: every tensor a backward reads is on the LayerTape, in fixed slots (an enum per
 // layer; a slot a mode does not use stays undefined, e.g. dropout masks in evaluation), so swap
-// and recompute see everything. The attention op's probabilities (B, H, T, T) are the largest.
+// and recompute see everything. The attention op's probabilities (B, H, T, T) are the largest
+// (on the CPU; the fused CUDA kernel keeps only the log-sum-exp per query instead).
 //
 // Randomness: dropout k of a layer (k < 16) draws from Philox stream
 //   kSubStreamBase + 16 * layer_stream + k
@@ -282,7 +283,10 @@ class TransformerBlock final : public Layer {
     kQ,             // (B, H, T, D)
     kK,             // (B, H, T, D)
     kV,             // (B, H, T, D)
-    kProbs,         // (B, H, T, T)
+    kAttnOut,       // (B, H, T, D) the attention op's output
+    kProbs,         // (B, H, T, T) on the CPU; undefined from the fused CUDA kernel
+    kLse,           // (B, H, T) log-sum-exp per query
+    kAttnMask,      // (B, T) key padding mask (a view of the input), or undefined
     kAttnDropMask,  // (B, T, C) u8 on the merged heads
     kMerged,        // (B, T, C) input of attn.c_proj (after the attention dropout)
     kAttnOutMask,   // (B, T, C) u8 on attn.c_proj's output
@@ -344,7 +348,10 @@ class TransformerBlock final : public Layer {
     tape.saved[kQ] = q;
     tape.saved[kK] = k;
     tape.saved[kV] = v;
+    tape.saved[kAttnOut] = r.out;
     tape.saved[kProbs] = r.probs;
+    tape.saved[kLse] = r.lse;
+    tape.saved[kAttnMask] = mask;
     tape.saved[kAttnDropMask] = merged.mask;
     tape.saved[kMerged] = merged.y;
     tape.saved[kAttnOutMask] = out.mask;
@@ -359,9 +366,13 @@ class TransformerBlock final : public Layer {
                      ops::linear_backward(ctx, da, tape.at(kMerged), param(kAttnProjWeight),
                                           grad(kAttnProjWeight), grad(kAttnProjBias)),
                      tape.at(kAttnDropMask), attention_dropout_);
+    ops::AttentionResult saved;
+    saved.out = tape.at(kAttnOut);
+    saved.probs = tape.at(kProbs);
+    saved.lse = tape.at(kLse);
     ops::AttentionGrads g =
         ops::attention_backward(ctx, split_heads(ctx, dmerged), tape.at(kQ), tape.at(kK),
-                                tape.at(kV), tape.at(kProbs), attention_options());
+                                tape.at(kV), saved, tape.at(kAttnMask), attention_options());
     // (B, T, C) pieces side by side are the (B, T, 3, H, D) layout of c_attn's output.
     const Tensor dqkv = ops::concat(
         ctx, {merge_heads(ctx, g.dq), merge_heads(ctx, g.dk), merge_heads(ctx, g.dv)}, -1);

@@ -2,13 +2,15 @@
 // tested against. It materializes probs (B, H, T, S) and keeps them for backward.
 //
 // Forward, per (b, h): scores = scale q k^T (one gemm), then a masked, max-subtracted softmax per
-// query row (exponentials in the input's dtype, their sum in double), then out = probs v (one
-// gemm). Masked keys get probability exactly 0; a row with no visible key is all zeros, so its
-// output is zero and its gradients are zero, never NaN.
+// query row (exponentials in the input's dtype, their sum in double; lse = max + log(sum)), then
+// out = probs v (one gemm). Masked keys get probability exactly 0; a row with no visible key is
+// all zeros (lse -inf), so its output is zero and its gradients are zero, never NaN.
 //
 // Backward, with P = probs and dP = dout v^T:
 //   dv = P^T dout,  dS = P (dP - rowsum(dP P)),  dq = scale dS k,  dk = scale dS^T q
-// Masks need not be re-applied: P is 0 wherever a key was masked, so dS is 0 there too.
+// Masks need not be re-applied: P is 0 wherever a key was masked, so dS is 0 there too. Without
+// saved probs (a result from the CUDA kernel), P is recomputed as exp(scale q k^T - lse) over the
+// visible keys, which needs the masks.
 //
 // The gemms run one (b, h) at a time because the BLAS threads itself; the row-wise softmax
 // between them is split over all B H T rows with detail::parallel_for.
@@ -60,14 +62,14 @@ AttentionDims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v,
 }
 
 // key_padding_mask (B, S) as one keep flag per key (all 1 when the mask is undefined).
-std::vector<uint8_t> key_flags(const Tensor& mask, const AttentionDims& dims) {
+std::vector<uint8_t> key_flags(const Tensor& mask, const AttentionDims& dims, const char* op) {
   std::vector<uint8_t> flags(static_cast<size_t>(dims.b * dims.s), 1);
   if (!mask.defined()) return flags;
-  detail::check_cpu(mask, kForward, "key_padding_mask");
+  detail::check_cpu(mask, op, "key_padding_mask");
   STRATA_CHECK(mask.dtype() == DType::kU8 || mask.dtype() == DType::kI32 ||
                mask.dtype() == DType::kI64)
-      << kForward << ": key_padding_mask must be u8, i32 or i64, got " << dtype_name(mask.dtype());
-  detail::check_shape(mask, {dims.b, dims.s}, kForward, "key_padding_mask");
+      << op << ": key_padding_mask must be u8, i32 or i64, got " << dtype_name(mask.dtype());
+  detail::check_shape(mask, {dims.b, dims.s}, op, "key_padding_mask");
   for (size_t i = 0; i < flags.size(); ++i) {
     const int64_t j = static_cast<int64_t>(i);
     const bool keep =
@@ -78,9 +80,10 @@ std::vector<uint8_t> key_flags(const Tensor& mask, const AttentionDims& dims) {
 }
 
 // Softmax of row t of head (b, h) in place over the visible keys s: s < limit (causal) and
-// flags[s] != 0. Invisible keys and rows without any visible key get 0.
+// flags[s] != 0. Invisible keys and rows without any visible key get 0. Returns the row's
+// log-sum-exp (-inf without a visible key).
 template <typename T>
-void masked_softmax_row(T* row, int64_t s_len, int64_t limit, const uint8_t* flags) {
+T masked_softmax_row(T* row, int64_t s_len, int64_t limit, const uint8_t* flags) {
   T m = -std::numeric_limits<T>::infinity();
   bool any = false;
   for (int64_t s = 0; s < limit; ++s) {
@@ -90,7 +93,7 @@ void masked_softmax_row(T* row, int64_t s_len, int64_t limit, const uint8_t* fla
   }
   if (!any) {
     std::fill(row, row + s_len, T(0));
-    return;
+    return -std::numeric_limits<T>::infinity();
   }
   double sum = 0.0;
   for (int64_t s = 0; s < limit; ++s) {
@@ -100,6 +103,16 @@ void masked_softmax_row(T* row, int64_t s_len, int64_t limit, const uint8_t* fla
   std::fill(row + limit, row + s_len, T(0));
   const T inv = static_cast<T>(1.0 / sum);
   for (int64_t s = 0; s < limit; ++s) row[s] *= inv;
+  return static_cast<T>(static_cast<double>(m) + std::log(sum));
+}
+
+// Probabilities recomputed from scores and lse in place (the backward without saved probs).
+template <typename T>
+void probs_from_lse_row(T* row, int64_t s_len, int64_t limit, const uint8_t* flags, T lse) {
+  const bool any = std::isfinite(static_cast<double>(lse));
+  for (int64_t s = 0; s < s_len; ++s) {
+    row[s] = any && s < limit && flags[s] != 0 ? std::exp(row[s] - lse) : T(0);
+  }
 }
 
 }  // namespace
@@ -108,13 +121,14 @@ AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tenso
                                   const Tensor& v, const Tensor& key_padding_mask,
                                   const AttentionOptions& options) {
   const AttentionDims dims = check_qkv(q, k, v, options, kForward);
-  const std::vector<uint8_t> flags = key_flags(key_padding_mask, dims);
+  const std::vector<uint8_t> flags = key_flags(key_padding_mask, dims, kForward);
   const int64_t heads = dims.b * dims.h, t_len = dims.t, s_len = dims.s, d = dims.d;
   // Causal: query t sees keys s <= t + max(S - T, 0), so the last query sees every key.
   const int64_t causal_shift = std::max<int64_t>(s_len - t_len, 0);
   AttentionResult r;
   r.out = Tensor::empty({dims.b, dims.h, t_len, d}, q.dtype(), &ctx.allocator());
   r.probs = Tensor::empty({dims.b, dims.h, t_len, s_len}, q.dtype(), &ctx.allocator());
+  r.lse = Tensor::empty({dims.b, dims.h, t_len}, q.dtype(), &ctx.allocator());
   detail::dispatch_float(q.dtype(), kForward, [&](auto tag) {
     using T = decltype(tag);
     const T* pq = q.data<T>();
@@ -122,6 +136,7 @@ AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tenso
     const T* pv = v.data<T>();
     T* pp = r.probs.data<T>();
     T* po = r.out.data<T>();
+    T* plse = r.lse.data<T>();
     for (int64_t i = 0; i < heads; ++i) {  // scores (T, S) = scale q (T, D) k^T (D, S)
       blas::gemm(ctx, false, true, t_len, s_len, d, static_cast<T>(dims.scale), pq + i * t_len * d,
                  d, pk + i * s_len * d, d, T(0), pp + i * t_len * s_len, s_len);
@@ -131,7 +146,8 @@ AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tenso
           for (int64_t row = r0; row < r1; ++row) {
             const int64_t t = row % t_len, b = row / t_len / dims.h;
             const int64_t limit = options.causal ? std::min(s_len, t + causal_shift + 1) : s_len;
-            masked_softmax_row(pp + row * s_len, s_len, limit, flags.data() + b * s_len);
+            plse[row] =
+                masked_softmax_row(pp + row * s_len, s_len, limit, flags.data() + b * s_len);
           }
         });
     for (int64_t i = 0; i < heads; ++i) {  // out (T, D) = probs (T, S) v (S, D)
@@ -143,33 +159,67 @@ AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tenso
 }
 
 AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Tensor& q,
-                                  const Tensor& k, const Tensor& v, const Tensor& probs,
-                                  const AttentionOptions& options) {
+                                  const Tensor& k, const Tensor& v, const AttentionResult& saved,
+                                  const Tensor& key_padding_mask, const AttentionOptions& options) {
   const AttentionDims dims = check_qkv(q, k, v, options, kBackward);
   const int64_t heads = dims.b * dims.h, t_len = dims.t, s_len = dims.s, d = dims.d;
   detail::check_float(dout, kBackward, "dout");
   detail::check_same_dtype(dout, q, kBackward, "dout", "q");
   detail::check_shape(dout, q.shape(), kBackward, "dout");
-  detail::check_float(probs, kBackward, "probs");
-  detail::check_same_dtype(probs, q, kBackward, "probs", "q");
-  detail::check_shape(probs, {dims.b, dims.h, t_len, s_len}, kBackward, "probs");
+  const std::vector<uint8_t> flags = key_flags(key_padding_mask, dims, kBackward);
+  const Tensor& probs = saved.probs;
+  Tensor lse;  // in q's dtype, only when probs must be recomputed
+  if (probs.defined()) {
+    detail::check_float(probs, kBackward, "probs");
+    detail::check_same_dtype(probs, q, kBackward, "probs", "q");
+    detail::check_shape(probs, {dims.b, dims.h, t_len, s_len}, kBackward, "probs");
+  } else {
+    STRATA_CHECK(saved.lse.defined())
+        << kBackward << ": saved holds neither probs nor lse (pass forward's result)";
+    detail::check_cpu(saved.lse, kBackward, "lse");
+    STRATA_CHECK(is_floating(saved.lse.dtype()))
+        << kBackward << ": lse must be a float tensor, got " << dtype_name(saved.lse.dtype());
+    detail::check_shape(saved.lse, {dims.b, dims.h, t_len}, kBackward, "lse");
+    lse = saved.lse.to(q.dtype());
+  }
   AttentionGrads g;
   g.dq = Tensor::empty(q.shape(), q.dtype(), &ctx.allocator());
   g.dk = Tensor::empty(k.shape(), k.dtype(), &ctx.allocator());
   g.dv = Tensor::empty(v.shape(), v.dtype(), &ctx.allocator());
-  Tensor dscores = Tensor::empty(probs.shape(), q.dtype(), &ctx.allocator());  // (B, H, T, S)
+  const Shape score_shape{dims.b, dims.h, t_len, s_len};
+  Tensor dscores = Tensor::empty(score_shape, q.dtype(), &ctx.allocator());  // (B, H, T, S)
+  const Tensor p_all =
+      probs.defined() ? probs : Tensor::empty(score_shape, q.dtype(), &ctx.allocator());
   detail::dispatch_float(q.dtype(), kBackward, [&](auto tag) {
     using T = decltype(tag);
     const T scale = static_cast<T>(dims.scale);
     const T* pq = q.data<T>();
     const T* pk = k.data<T>();
     const T* pv = v.data<T>();
-    const T* pp = probs.data<T>();
+    const T* pp = p_all.data<T>();
     const T* pdo = dout.data<T>();
     T* pds = dscores.data<T>();
     T* pdq = g.dq.data<T>();
     T* pdk = g.dk.data<T>();
     T* pdv = g.dv.data<T>();
+    if (!probs.defined()) {  // P = exp(scale q k^T - lse) over the visible keys
+      T* pw = p_all.data<T>();
+      const T* plse = lse.data<T>();
+      const int64_t causal_shift = std::max<int64_t>(s_len - t_len, 0);
+      for (int64_t i = 0; i < heads; ++i) {
+        blas::gemm(ctx, false, true, t_len, s_len, d, scale, pq + i * t_len * d, d,
+                   pk + i * s_len * d, d, T(0), pw + i * t_len * s_len, s_len);
+      }
+      detail::parallel_for(
+          heads * t_len, std::max<int64_t>(1, 4096 / s_len), [&](int64_t r0, int64_t r1) {
+            for (int64_t row = r0; row < r1; ++row) {
+              const int64_t t = row % t_len, b = row / t_len / dims.h;
+              const int64_t limit = options.causal ? std::min(s_len, t + causal_shift + 1) : s_len;
+              probs_from_lse_row(pw + row * s_len, s_len, limit, flags.data() + b * s_len,
+                                 plse[row]);
+            }
+          });
+    }
     for (int64_t i = 0; i < heads; ++i) {
       const T* p_i = pp + i * t_len * s_len;
       const T* do_i = pdo + i * t_len * d;

@@ -286,9 +286,9 @@ AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tenso
   return call(kAttentionForward, ctx, q, k, v, key_padding_mask, options);
 }
 AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Tensor& q,
-                                  const Tensor& k, const Tensor& v, const Tensor& probs,
-                                  const AttentionOptions& options) {
-  return call(kAttentionBackward, ctx, dout, q, k, v, probs, options);
+                                  const Tensor& k, const Tensor& v, const AttentionResult& saved,
+                                  const Tensor& key_padding_mask, const AttentionOptions& options) {
+  return call(kAttentionBackward, ctx, dout, q, k, v, saved, key_padding_mask, options);
 }
 
 Tensor embedding_forward(ExecContext& ctx, const Tensor& ids, const Tensor& weight) {

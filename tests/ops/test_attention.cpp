@@ -64,6 +64,41 @@ NaiveAttention naive_attention(const Tensor& q, const Tensor& k, const Tensor& v
   return {Tensor::from_vector(out, {nb, nh, nt, nd}), Tensor::from_vector(probs, {nb, nh, nt, ns})};
 }
 
+// lse (B, H, T) against log sum exp of the visible scores in double (-inf for rows without one).
+::testing::AssertionResult lse_matches(const Tensor& lse, const Tensor& q, const Tensor& k,
+                                       const Tensor& mask, bool causal, double scale) {
+  const int64_t nb = q.size(0), nh = q.size(1), nt = q.size(2), nd = q.size(3), ns = k.size(2);
+  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(nd));
+  const std::vector<double> qv = q.to_vector<double>(), kv = k.to_vector<double>(),
+                            got = lse.to_vector<double>();
+  const std::vector<int64_t> keep =
+      mask.defined() ? mask.to(DType::kI64).to_vector<int64_t>() : std::vector<int64_t>(nb * ns, 1);
+  for (int64_t bh = 0; bh < nb * nh; ++bh)
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t b = bh / nh;
+      double m = -INFINITY, sum = 0.0;
+      std::vector<double> scores;
+      for (int64_t s = 0; s < ns; ++s) {
+        if (keep[b * ns + s] == 0 || (causal && s > t + std::max<int64_t>(ns - nt, 0))) continue;
+        double dot = 0;
+        for (int64_t d = 0; d < nd; ++d)
+          dot += qv[(bh * nt + t) * nd + d] * kv[(bh * ns + s) * nd + d];
+        scores.push_back(scale * dot);
+        m = std::max(m, scale * dot);
+      }
+      for (double x : scores) sum += std::exp(x - m);
+      const double want = scores.empty() ? -INFINITY : m + std::log(sum);
+      const double have = got[bh * nt + t];
+      const bool ok = scores.empty() ? (std::isinf(have) && have < 0)
+                                     : std::fabs(have - want) <= 1e-5 * (1.0 + std::fabs(want));
+      if (!ok) {
+        return ::testing::AssertionFailure()
+               << "lse of row " << bh * nt + t << " is " << have << ", expected " << want;
+      }
+    }
+  return ::testing::AssertionSuccess();
+}
+
 enum class MaskKind { kNone, kU8, kI32, kI64 };
 
 struct AttentionCase {
@@ -112,6 +147,8 @@ TEST_P(AttentionTest, ForwardMatchesNaiveReference) {
   ops::AttentionResult r = ops::attention_forward(ctx, q, k, v, mask, options);
   EXPECT_TRUE(all_close(r.out, ref.out, 1e-13, 1e-12));
   EXPECT_TRUE(all_close(r.probs, ref.probs, 1e-14, 1e-12));
+  EXPECT_EQ(r.lse.shape(), (Shape{c.b, c.h, c.t}));
+  EXPECT_TRUE(lse_matches(r.lse, q, k, mask, c.causal, c.scale));
   ops::AttentionResult r32 = ops::attention_forward(ctx, q.to(DType::kF32), k.to(DType::kF32),
                                                     v.to(DType::kF32), mask, options);
   EXPECT_EQ(r32.out.dtype(), DType::kF32);
@@ -129,11 +166,37 @@ TEST_P(AttentionTest, FiniteDifferenceGradients) {
   ops::AttentionOptions options{c.causal, c.scale};
   ops::AttentionResult r = ops::attention_forward(ctx, q, k, v, mask, options);
   Tensor dout = random_tensor(r.out.shape(), 7);
-  ops::AttentionGrads g = ops::attention_backward(ctx, dout, q, k, v, r.probs, options);
+  ops::AttentionGrads g = ops::attention_backward(ctx, dout, q, k, v, r, mask, options);
   auto f = [&](const TensorList& xs) {
     return ops::attention_forward(ctx, xs[0], xs[1], xs[2], mask, options).out;
   };
   EXPECT_TRUE(gradients_match(f, {q, k, v}, dout, {g.dq, g.dk, g.dv}));
+}
+
+// Backward from lse alone (what the fused CUDA kernel saves) equals backward from probs.
+TEST_P(AttentionTest, BackwardFromLseMatchesBackwardFromProbs) {
+  const AttentionCase& c = GetParam();
+  ExecContext ctx;
+  Tensor q = random_tensor({c.b, c.h, c.t, c.d}, 12, -2.0, 2.0);
+  Tensor k = random_tensor({c.b, c.h, c.s, c.d}, 13, -2.0, 2.0);
+  Tensor v = random_tensor({c.b, c.h, c.s, c.d}, 14);
+  Tensor dout = random_tensor({c.b, c.h, c.t, c.d}, 15);
+  Tensor mask = make_mask(c);
+  ops::AttentionOptions options{c.causal, c.scale};
+  for (DType dt : {DType::kF64, DType::kF32}) {
+    ops::AttentionResult r =
+        ops::attention_forward(ctx, q.to(dt), k.to(dt), v.to(dt), mask, options);
+    ops::AttentionGrads from_probs =
+        ops::attention_backward(ctx, dout.to(dt), q.to(dt), k.to(dt), v.to(dt), r, mask, options);
+    ops::AttentionResult lse_only = r;
+    lse_only.probs = Tensor();
+    ops::AttentionGrads from_lse = ops::attention_backward(ctx, dout.to(dt), q.to(dt), k.to(dt),
+                                                           v.to(dt), lse_only, mask, options);
+    const double tol = dt == DType::kF64 ? 1e-12 : 1e-5;
+    EXPECT_TRUE(all_close(from_lse.dq, from_probs.dq, tol, tol));
+    EXPECT_TRUE(all_close(from_lse.dk, from_probs.dk, tol, tol));
+    EXPECT_TRUE(all_close(from_lse.dv, from_probs.dv, tol, tol));
+  }
 }
 
 TEST_P(AttentionTest, F32BackwardCloseToF64) {
@@ -148,7 +211,7 @@ TEST_P(AttentionTest, F32BackwardCloseToF64) {
   auto grads = [&](DType dt) {
     ops::AttentionResult r =
         ops::attention_forward(ctx, q.to(dt), k.to(dt), v.to(dt), mask, options);
-    return ops::attention_backward(ctx, dout.to(dt), q.to(dt), k.to(dt), v.to(dt), r.probs,
+    return ops::attention_backward(ctx, dout.to(dt), q.to(dt), k.to(dt), v.to(dt), r, mask,
                                    options);
   };
   ops::AttentionGrads g64 = grads(DType::kF64), g32 = grads(DType::kF32);
@@ -180,7 +243,7 @@ TEST(Attention, FullyMaskedRowsGiveZerosNotNaN) {
   for (double e : r.out.to_vector<double>()) EXPECT_EQ(e, 0.0);
   for (double e : r.probs.to_vector<double>()) EXPECT_EQ(e, 0.0);
   ops::AttentionGrads g =
-      ops::attention_backward(ctx, random_tensor({1, 1, 3, 4}, 4), q, k, v, r.probs, {true, 0.0});
+      ops::attention_backward(ctx, random_tensor({1, 1, 3, 4}, 4), q, k, v, r, mask, {true, 0.0});
   for (const Tensor* t : {&g.dq, &g.dk, &g.dv}) {
     for (double e : t->to_vector<double>()) EXPECT_EQ(e, 0.0);
   }
@@ -202,9 +265,9 @@ TEST(Attention, LargerShapesOnTheThreadedPath) {
   ops::AttentionResult r32 = ops::attention_forward(ctx, to32(q), to32(k), to32(v), mask, options);
   EXPECT_TRUE(all_close(r64.out, ref.out, 1e-13, 1e-12));
   EXPECT_TRUE(all_close(r32.out, ref.out, 2e-6, 1e-5));
-  ops::AttentionGrads g64 = ops::attention_backward(ctx, dout, q, k, v, r64.probs, options);
+  ops::AttentionGrads g64 = ops::attention_backward(ctx, dout, q, k, v, r64, mask, options);
   ops::AttentionGrads g32 =
-      ops::attention_backward(ctx, to32(dout), to32(q), to32(k), to32(v), r32.probs, options);
+      ops::attention_backward(ctx, to32(dout), to32(q), to32(k), to32(v), r32, mask, options);
   EXPECT_TRUE(all_close(g32.dq, g64.dq, 1e-5, 1e-4));
   EXPECT_TRUE(all_close(g32.dk, g64.dk, 1e-5, 1e-4));
   EXPECT_TRUE(all_close(g32.dv, g64.dv, 1e-5, 1e-4));
@@ -269,12 +332,27 @@ TEST(Attention, BadInputsNameOpAndTensor) {
   ops::AttentionResult r = ops::attention_forward(ctx, q, k, v, Tensor(), options);
   EXPECT_TRUE(throws_naming(
       [&] {
-        ops::attention_backward(ctx, r.out, q, k, v, random_tensor({2, 2, 3, 4}, 4), options);
+        ops::AttentionResult bad = r;
+        bad.probs = random_tensor({2, 2, 3, 4}, 4);
+        ops::attention_backward(ctx, r.out, q, k, v, bad, Tensor(), options);
       },
       {"attention_backward: probs "}));
   EXPECT_TRUE(
-      throws_naming([&] { ops::attention_backward(ctx, r.probs, q, k, v, r.probs, options); },
+      throws_naming([&] { ops::attention_backward(ctx, r.probs, q, k, v, r, Tensor(), options); },
                     {"attention_backward: dout "}));
+  EXPECT_TRUE(throws_naming(
+      [&] {
+        ops::AttentionResult bad = r;
+        bad.probs = Tensor();
+        bad.lse = random_tensor({2, 2, 4}, 5);
+        ops::attention_backward(ctx, r.out, q, k, v, bad, Tensor(), options);
+      },
+      {"attention_backward: lse "}));
+  EXPECT_TRUE(throws_naming(
+      [&] {
+        ops::attention_backward(ctx, r.out, q, k, v, r, Tensor::zeros({2, 4}, DType::kU8), options);
+      },
+      {"attention_backward: key_padding_mask "}));
 }
 
 }  // namespace
