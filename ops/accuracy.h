@@ -21,4 +21,11 @@ namespace cpu {
 int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targets, int64_t k,
                      int64_t ignore_index);
 }  // namespace cpu
+
+// CUDA kernel (ops/accuracy_cuda.cu): logits f32/bf16/f16. Synchronizes the context's stream to
+// return the count (and to report an out-of-range target as the CPU does).
+namespace cuda {
+int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targets, int64_t k,
+                     int64_t ignore_index);
+}  // namespace cuda
 }  // namespace strata::ops

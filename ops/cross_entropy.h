@@ -42,4 +42,15 @@ Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tenso
 Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
                               const CrossEntropyOptions& options, double dloss);
 }  // namespace cpu
+
+// CUDA kernels (ops/cross_entropy_cuda.cu): logits f32/bf16/f16 (math in f32, the summed loss in
+// double, deterministic; loss and dlogits in logits' dtype). Targets are validated on the device
+// without synchronizing: a target outside [0, V) that is not ignore_index prints the op, row and
+// value, and traps (the CUDA context is then unusable, as after PyTorch's device-side asserts).
+namespace cuda {
+Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
+                             const CrossEntropyOptions& options);
+Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyOptions& options, double dloss);
+}  // namespace cuda
 }  // namespace strata::ops

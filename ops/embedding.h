@@ -19,4 +19,15 @@ Tensor embedding_forward(ExecContext& ctx, const Tensor& ids, const Tensor& weig
 void embedding_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ids,
                         const Tensor& dweight);
 }  // namespace cpu
+
+// CUDA kernels (ops/embedding_cuda.cu): weight f32/bf16/f16. Ids are validated on the device (no
+// synchronization): an id outside [0, V) prints the op, its position and V, and traps, which
+// leaves the CUDA context unusable (as PyTorch's device-side asserts do). The backward is
+// deterministic: ids are sorted (stable radix sort) and each distinct id's dy rows are summed in
+// f32 in position order, then added once into dweight.
+namespace cuda {
+Tensor embedding_forward(ExecContext& ctx, const Tensor& ids, const Tensor& weight);
+void embedding_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ids,
+                        const Tensor& dweight);
+}  // namespace cuda
 }  // namespace strata::ops

@@ -2,7 +2,8 @@
 // the public sum_of_squares, scale and add_, so that they run on every device with those kernels.
 // Clipping scales in place without a copy op: s = coef g (scale), g -= g (exactly 0, the norm
 // being finite), g += s. Writing it as g += (coef - 1) g instead would round coef - 1 and lose
-// relative precision ~2^-24 / coef in f32 when the norm is far above max_norm.
+// relative precision ~2^-24 / coef in f32 when the norm is far above max_norm. On CUDA the
+// gradients are scaled by one in-place kernel (cuda::scale_inplace, optimizer_cuda.cu) instead.
 #include "ops/optimizer.h"
 
 #include <cmath>
@@ -31,6 +32,12 @@ void scale_gradients(ExecContext& ctx, const TensorList& grads, double coef) {
   if (coef == 1.0) return;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
+#ifdef STRATA_WITH_CUDA
+    if (ctx.device().is_cuda()) {  // one in-place kernel, same rounding as scale
+      cuda::scale_inplace(ctx, g, coef);
+      continue;
+    }
+#endif
     const Tensor scaled = scale(ctx, g, coef);
     add_(ctx, g, g, -1.0);
     add_(ctx, g, scaled, 1.0);
