@@ -69,8 +69,8 @@ decltype(auto) call(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
   if (ctx.device().is_cuda()) {
     // An NVTX range per op on CUDA (Nsight Systems shows the op names on the stream's timeline).
     struct Range {
-      explicit Range(const char* name) { cuda::range_push(name); }
-      ~Range() { cuda::range_pop(); }
+      explicit Range(const char* name) { ::strata::cuda::range_push(name); }
+      ~Range() { ::strata::cuda::range_pop(); }
     } range(r.name);
     return kernel(ctx, std::forward<Args>(args)...);
   }
