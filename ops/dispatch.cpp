@@ -80,38 +80,62 @@ decltype(auto) call(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
 // ---- the table ---------------------------------------------------------------------------------
 //                         name                            cpu                               cuda
 const auto kMatmul = row("matmul", cpu::matmul, STRATA_CUDA_KERNEL(matmul));
-const auto kMatmulBackward = row("matmul_backward", cpu::matmul_backward, STRATA_CUDA_KERNEL(matmul_backward));
-const auto kLinearForward = row("linear_forward", cpu::linear_forward, STRATA_CUDA_KERNEL(linear_forward));
-const auto kLinearBackward = row("linear_backward", cpu::linear_backward, STRATA_CUDA_KERNEL(linear_backward));
-const auto kConv2dForward = row("conv2d_forward", cpu::conv2d_forward, STRATA_CUDA_KERNEL(conv2d_forward));
-const auto kConv2dBackward = row("conv2d_backward", cpu::conv2d_backward, STRATA_CUDA_KERNEL(conv2d_backward));
-const auto kMaxPool2dForward = row("max_pool2d_forward", cpu::max_pool2d_forward, STRATA_CUDA_KERNEL(max_pool2d_forward));
-const auto kMaxPool2dBackward = row("max_pool2d_backward", cpu::max_pool2d_backward, STRATA_CUDA_KERNEL(max_pool2d_backward));
-const auto kAvgPool2dForward = row("avg_pool2d_forward", cpu::avg_pool2d_forward, STRATA_CUDA_KERNEL(avg_pool2d_forward));
-const auto kAvgPool2dBackward = row("avg_pool2d_backward", cpu::avg_pool2d_backward, STRATA_CUDA_KERNEL(avg_pool2d_backward));
+const auto kMatmulBackward =
+    row("matmul_backward", cpu::matmul_backward, STRATA_CUDA_KERNEL(matmul_backward));
+const auto kLinearForward =
+    row("linear_forward", cpu::linear_forward, STRATA_CUDA_KERNEL(linear_forward));
+const auto kLinearBackward =
+    row("linear_backward", cpu::linear_backward, STRATA_CUDA_KERNEL(linear_backward));
+const auto kConv2dForward =
+    row("conv2d_forward", cpu::conv2d_forward, STRATA_CUDA_KERNEL(conv2d_forward));
+const auto kConv2dBackward =
+    row("conv2d_backward", cpu::conv2d_backward, STRATA_CUDA_KERNEL(conv2d_backward));
+const auto kMaxPool2dForward =
+    row("max_pool2d_forward", cpu::max_pool2d_forward, STRATA_CUDA_KERNEL(max_pool2d_forward));
+const auto kMaxPool2dBackward =
+    row("max_pool2d_backward", cpu::max_pool2d_backward, STRATA_CUDA_KERNEL(max_pool2d_backward));
+const auto kAvgPool2dForward =
+    row("avg_pool2d_forward", cpu::avg_pool2d_forward, STRATA_CUDA_KERNEL(avg_pool2d_forward));
+const auto kAvgPool2dBackward =
+    row("avg_pool2d_backward", cpu::avg_pool2d_backward, STRATA_CUDA_KERNEL(avg_pool2d_backward));
 const auto kAdaptiveAvgPool2dForward =
-    row("adaptive_avg_pool2d_forward", cpu::adaptive_avg_pool2d_forward, STRATA_CUDA_KERNEL(adaptive_avg_pool2d_forward));
+    row("adaptive_avg_pool2d_forward", cpu::adaptive_avg_pool2d_forward,
+        STRATA_CUDA_KERNEL(adaptive_avg_pool2d_forward));
 const auto kAdaptiveAvgPool2dBackward =
-    row("adaptive_avg_pool2d_backward", cpu::adaptive_avg_pool2d_backward, STRATA_CUDA_KERNEL(adaptive_avg_pool2d_backward));
-const auto kBatchNormForwardTrain =
-    row("batch_norm_forward_train", cpu::batch_norm_forward_train, STRATA_CUDA_KERNEL(batch_norm_forward_train));
-const auto kBatchNormForwardEval =
-    row("batch_norm_forward_eval", cpu::batch_norm_forward_eval, STRATA_CUDA_KERNEL(batch_norm_forward_eval));
-const auto kBatchNormBackward = row("batch_norm_backward", cpu::batch_norm_backward, STRATA_CUDA_KERNEL(batch_norm_backward));
-const auto kLayerNormForward = row("layer_norm_forward", cpu::layer_norm_forward, STRATA_CUDA_KERNEL(layer_norm_forward));
-const auto kLayerNormBackward = row("layer_norm_backward", cpu::layer_norm_backward, STRATA_CUDA_KERNEL(layer_norm_backward));
+    row("adaptive_avg_pool2d_backward", cpu::adaptive_avg_pool2d_backward,
+        STRATA_CUDA_KERNEL(adaptive_avg_pool2d_backward));
+const auto kBatchNormForwardTrain = row("batch_norm_forward_train", cpu::batch_norm_forward_train,
+                                        STRATA_CUDA_KERNEL(batch_norm_forward_train));
+const auto kBatchNormForwardEval = row("batch_norm_forward_eval", cpu::batch_norm_forward_eval,
+                                       STRATA_CUDA_KERNEL(batch_norm_forward_eval));
+const auto kBatchNormBackward =
+    row("batch_norm_backward", cpu::batch_norm_backward, STRATA_CUDA_KERNEL(batch_norm_backward));
+const auto kLayerNormForward =
+    row("layer_norm_forward", cpu::layer_norm_forward, STRATA_CUDA_KERNEL(layer_norm_forward));
+const auto kLayerNormBackward =
+    row("layer_norm_backward", cpu::layer_norm_backward, STRATA_CUDA_KERNEL(layer_norm_backward));
 const auto kReluForward = row("relu_forward", cpu::relu_forward, STRATA_CUDA_KERNEL(relu_forward));
-const auto kReluBackward = row("relu_backward", cpu::relu_backward, STRATA_CUDA_KERNEL(relu_backward));
+const auto kReluBackward =
+    row("relu_backward", cpu::relu_backward, STRATA_CUDA_KERNEL(relu_backward));
 const auto kGeluForward = row("gelu_forward", cpu::gelu_forward, STRATA_CUDA_KERNEL(gelu_forward));
-const auto kGeluBackward = row("gelu_backward", cpu::gelu_backward, STRATA_CUDA_KERNEL(gelu_backward));
-const auto kDropoutForward = row("dropout_forward", cpu::dropout_forward, STRATA_CUDA_KERNEL(dropout_forward));
-const auto kDropoutBackward = row("dropout_backward", cpu::dropout_backward, STRATA_CUDA_KERNEL(dropout_backward));
-const auto kSoftmaxForward = row("softmax_forward", cpu::softmax_forward, STRATA_CUDA_KERNEL(softmax_forward));
-const auto kSoftmaxBackward = row("softmax_backward", cpu::softmax_backward, STRATA_CUDA_KERNEL(softmax_backward));
-const auto kAttentionForward = row("attention_forward", cpu::attention_forward, STRATA_CUDA_KERNEL(attention_forward));
-const auto kAttentionBackward = row("attention_backward", cpu::attention_backward, STRATA_CUDA_KERNEL(attention_backward));
-const auto kEmbeddingForward = row("embedding_forward", cpu::embedding_forward, STRATA_CUDA_KERNEL(embedding_forward));
-const auto kEmbeddingBackward = row("embedding_backward", cpu::embedding_backward, STRATA_CUDA_KERNEL(embedding_backward));
+const auto kGeluBackward =
+    row("gelu_backward", cpu::gelu_backward, STRATA_CUDA_KERNEL(gelu_backward));
+const auto kDropoutForward =
+    row("dropout_forward", cpu::dropout_forward, STRATA_CUDA_KERNEL(dropout_forward));
+const auto kDropoutBackward =
+    row("dropout_backward", cpu::dropout_backward, STRATA_CUDA_KERNEL(dropout_backward));
+const auto kSoftmaxForward =
+    row("softmax_forward", cpu::softmax_forward, STRATA_CUDA_KERNEL(softmax_forward));
+const auto kSoftmaxBackward =
+    row("softmax_backward", cpu::softmax_backward, STRATA_CUDA_KERNEL(softmax_backward));
+const auto kAttentionForward =
+    row("attention_forward", cpu::attention_forward, STRATA_CUDA_KERNEL(attention_forward));
+const auto kAttentionBackward =
+    row("attention_backward", cpu::attention_backward, STRATA_CUDA_KERNEL(attention_backward));
+const auto kEmbeddingForward =
+    row("embedding_forward", cpu::embedding_forward, STRATA_CUDA_KERNEL(embedding_forward));
+const auto kEmbeddingBackward =
+    row("embedding_backward", cpu::embedding_backward, STRATA_CUDA_KERNEL(embedding_backward));
 const auto kAdd = row("add", cpu::add, STRATA_CUDA_KERNEL(add));
 const auto kMul = row("mul", cpu::mul, STRATA_CUDA_KERNEL(mul));
 const auto kScale = row("scale", cpu::scale, STRATA_CUDA_KERNEL(scale));
@@ -120,13 +144,15 @@ const auto kSumToShape = row("sum_to_shape", cpu::sum_to_shape, STRATA_CUDA_KERN
 const auto kPermuteCopy = row("permute_copy", cpu::permute_copy, STRATA_CUDA_KERNEL(permute_copy));
 const auto kConcat = row("concat", cpu::concat, STRATA_CUDA_KERNEL(concat));
 const auto kSplit = row("split", cpu::split, STRATA_CUDA_KERNEL(split));
-const auto kCrossEntropyForward = row("cross_entropy_forward", cpu::cross_entropy_forward, STRATA_CUDA_KERNEL(cross_entropy_forward));
-const auto kCrossEntropyBackward =
-    row("cross_entropy_backward", cpu::cross_entropy_backward, STRATA_CUDA_KERNEL(cross_entropy_backward));
+const auto kCrossEntropyForward = row("cross_entropy_forward", cpu::cross_entropy_forward,
+                                      STRATA_CUDA_KERNEL(cross_entropy_forward));
+const auto kCrossEntropyBackward = row("cross_entropy_backward", cpu::cross_entropy_backward,
+                                       STRATA_CUDA_KERNEL(cross_entropy_backward));
 const auto kTopkCorrect = row("topk_correct", cpu::topk_correct, STRATA_CUDA_KERNEL(topk_correct));
 const auto kSgdStep = row("sgd_step", cpu::sgd_step, STRATA_CUDA_KERNEL(sgd_step));
 const auto kAdamWStep = row("adamw_step", cpu::adamw_step, STRATA_CUDA_KERNEL(adamw_step));
-const auto kSumOfSquares = row("sum_of_squares", cpu::sum_of_squares, STRATA_CUDA_KERNEL(sum_of_squares));
+const auto kSumOfSquares =
+    row("sum_of_squares", cpu::sum_of_squares, STRATA_CUDA_KERNEL(sum_of_squares));
 
 // Which devices each row covers, for has_kernels_for().
 struct RowCoverage {

@@ -18,6 +18,7 @@
 
 #include "engine/allocator.h"
 #include "engine/check.h"
+#include "engine/cuda_runtime.h"
 #include "engine/exec_context.h"
 #include "engine/log.h"
 #include "graph/model_spec.h"
@@ -82,6 +83,11 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Start from the weights of this safetensors file (Hugging Face/torchvision or "
                   "Strata names, see `strata convert`) instead of initializing from --seed");
   cmd->add_option("--device", o.device, "cpu, cuda:N, or auto");
+  cmd->add_option("--precision", o.precision,
+                  "Math of matrix products and convolutions: fp32, or tf32 (TF32 tensor cores on "
+                  "CUDA, fp32 accumulation; the CPU computes fp32 either way). bf16/fp16 mixed "
+                  "precision is not implemented yet and is refused")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   cmd->add_option("--threads", o.threads,
                   "CPU threads for ops, shared by the ranks of this process (0 = all cores)");
   cmd->add_option("--mem-limit", o.mem_limit,
@@ -308,6 +314,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                              dtype_name(s.train->input_spec().dtype) + ", " +
                              std::to_string(s.train->num_classes()) + " classes"},
                {"augmentation", s.augmentation},
+               {"precision", o.precision},
                {"device", device.str() + ", " +
                               (o.threads > 0 ? std::to_string(o.threads) : "all") + " CPU threads"},
                {"layout", "G=" + std::to_string(p.groups) + " group" + (p.groups == 1 ? "" : "s") +
@@ -377,6 +384,7 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   // all of it: a CPU allocator of its own, or the CUDA context's caching allocator.
   CpuAllocator cpu_allocator;
   ExecContext ctx(device, device.is_cpu() ? &cpu_allocator : nullptr, threads);
+  if (ctx.cuda() != nullptr) cuda::set_tf32(ctx.cuda(), o.precision == "tf32");
   Allocator& allocator = ctx.allocator();
   if (!o.mem_limit.empty()) allocator.set_limit(parse_bytes(o.mem_limit));
   std::unique_ptr<io::JsonlWriter> metrics;
@@ -611,8 +619,18 @@ int run_mpi(const TrainOptions& o, const Device& device) {
 }  // namespace
 
 int run_train(const TrainOptions& o) {
+  STRATA_CHECK(o.precision == "fp32" || o.precision == "tf32")
+      << "--precision " << o.precision
+      << ": bf16/fp16 mixed precision is not implemented yet; use fp32 or tf32";
   const Device device = resolve_device(o.device);
   const parallel::ProcessInfo process = parallel::discover_process();
+  // The communicators move host tensors; staging CUDA tensors through them (or NCCL) is the
+  // pipeline's GPU path, not written yet.
+  STRATA_CHECK(!device.is_cuda() ||
+               (process.world_size == 1 && !(o.local && o.stages * std::max(1, o.groups) > 1)))
+      << "--device " << device.str()
+      << ": pipelines and data-parallel groups over CUDA devices are not implemented yet; run "
+         "one process with one stage on the GPU, or the pipeline with --device cpu";
   if (process.world_size > 1) {
 #ifdef STRATA_WITH_MPI
     return run_mpi(o, device);

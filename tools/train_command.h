@@ -34,6 +34,7 @@ struct TrainOptions {
   uint64_t seed = 0;
   std::string init_weights;  // safetensors file to start from ("" = initialize from --seed)
   std::string device = "auto";
+  std::string precision = "fp32";  // fp32 | tf32 (bf16/fp16: refused, not implemented yet)
   int threads = 0;
   std::string mem_limit;
   std::string metrics;
