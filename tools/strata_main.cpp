@@ -8,7 +8,7 @@
 
 #include "engine/check.h"
 #include "engine/log.h"
-#include "tools/bench/op_bench.h"
+#include "tools/bench/model_bench.h"
 #include "tools/convert_command.h"
 #include "tools/plan_command.h"
 #include "tools/profile_command.h"
@@ -54,14 +54,8 @@ int main(int argc, char** argv) {
   CLI::App* profile_cmd = strata::tools::add_profile_command(app, profile);
   strata::tools::PlanOptions plan;
   CLI::App* plan_cmd = strata::tools::add_plan_command(app, plan);
-  strata::tools::OpBenchOptions bench;
-  CLI::App* bench_cmd =
-      app.add_subcommand("bench", "Benchmark the CPU conv2d and matmul ops beside sgemm");
-  bench_cmd->option_defaults()->always_capture_default();
-  bench_cmd->add_option("--threads", bench.threads, "CPU threads (0 = all cores)");
-  bench_cmd->add_option("--min-seconds", bench.min_seconds, "Minimum time per measurement");
-  bench_cmd->add_option("--filter", bench.filter, "Only cases whose name contains this");
-  bench_cmd->add_option("--json", bench.json, "Also write the results as JSON Lines here");
+  strata::tools::BenchOptions bench;
+  CLI::App* bench_cmd = strata::tools::add_bench_command(app, bench);
   strata::tools::PrepareTextOptions prepare_text;
   CLI::App* prepare_text_cmd = strata::tools::add_prepare_text_command(app, prepare_text);
   strata::tools::TokenizeOptions tokenize;
@@ -88,7 +82,7 @@ int main(int argc, char** argv) {
     if (*train_cmd) return strata::tools::run_train(train);
     if (*profile_cmd) return strata::tools::run_profile(profile);
     if (*plan_cmd) return strata::tools::run_plan(plan);
-    if (*bench_cmd) return strata::tools::run_op_bench(bench);
+    if (*bench_cmd) return strata::tools::run_bench(bench);
     if (*prepare_text_cmd) return strata::tools::run_prepare_text(prepare_text);
     if (*tokenize_cmd) return strata::tools::run_tokenize(tokenize);
     if (*convert_cmd) return strata::tools::run_convert(convert);

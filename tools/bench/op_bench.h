@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "engine/device.h"
+
 namespace strata::tools {
 
 struct OpBenchOptions {
@@ -15,5 +17,12 @@ struct OpBenchOptions {
 };
 
 int run_op_bench(const OpBenchOptions& options);
+
+// The hot ops of GPT-2 124M (B=8, T=1024, C=768, H=12, V=50257) and ResNet-50 (batch 64, 224 px)
+// on `device` (cuda:N), timed with CUDA events on the context's stream, each against the roofline
+// of the GPU (tools/bench/roofline.h); precision fp32 or tf32 (tools/bench/cuda_op_bench.cpp).
+// Throws in a build without CUDA.
+int run_cuda_op_bench(const OpBenchOptions& options, const Device& device,
+                      const std::string& precision);
 
 }  // namespace strata::tools
