@@ -622,12 +622,22 @@ int run_train(const TrainOptions& o) {
   STRATA_CHECK(o.precision == "fp32" || o.precision == "tf32")
       << "--precision " << o.precision
       << ": bf16/fp16 mixed precision is not implemented yet; use fp32 or tf32";
-  const Device device = resolve_device(o.device);
   const parallel::ProcessInfo process = parallel::discover_process();
   // The communicators move host tensors; staging CUDA tensors through them (or NCCL) is the
-  // pipeline's GPU path, not written yet.
-  STRATA_CHECK(!device.is_cuda() ||
-               (process.world_size == 1 && !(o.local && o.stages * std::max(1, o.groups) > 1)))
+  // pipeline's GPU path, not written yet: a layout of several ranks runs on the CPU.
+  const bool several_ranks =
+      process.world_size > 1 || (o.local && o.stages * std::max(1, o.groups) > 1);
+  Device device = Device::cpu();
+  if (o.device == "auto" && several_ranks) {
+    if (cuda_device_count() > 0 && process.rank == 0) {
+      std::printf(
+          "device auto: pipelines and data-parallel groups run on cpu (their GPU path is "
+          "not implemented yet)\n");
+    }
+  } else {
+    device = resolve_device(o.device);
+  }
+  STRATA_CHECK(!device.is_cuda() || !several_ranks)
       << "--device " << device.str()
       << ": pipelines and data-parallel groups over CUDA devices are not implemented yet; run "
          "one process with one stage on the GPU, or the pipeline with --device cpu";
