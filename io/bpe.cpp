@@ -377,6 +377,12 @@ void BpeTokenizer::load_encoder(const std::string& path) {
                      << "\" has " << code_point_str(bad)
                      << ", which is none of the 256 characters of GPT-2's byte alphabet";
     }
+    // Ids index dense tables: a stray huge id would allocate gigabytes (found by fuzzing).
+    constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+    if (value > kMaxTokenId) {
+      STRATA_THROW() << "GPT-2 vocabulary: " << path << ":" << line << ": token \"" << key
+                     << "\" has id " << value << ", above the largest supported id " << kMaxTokenId;
+    }
     const auto id = static_cast<size_t>(value);
     if (id >= token_bytes_.size()) {
       token_bytes_.resize(id + 1);

@@ -272,6 +272,15 @@ TEST(BpeTokenizer, BrokenFilesNameFileAndLine) {
     EXPECT_NE(msg.find(v.dir + "/encoder.json:259: expected ',' or '}'"), std::string::npos) << msg;
   }
   {
+    // A huge id is refused before the id tables grow to it (fuzzer: 1e9 ids = 32 GiB).
+    const SmallVocab v("json_huge_id", {"ab"}, {"a b"});
+    std::ofstream(v.dir + "/encoder.json") << "{\n\"a\": 0,\n\"b\": 1000101012\n}\n";
+    const std::string msg = error_of([&] { BpeTokenizer bpe(v.dir); });
+    EXPECT_NE(msg.find("encoder.json:3: token \"b\" has id 1000101012, above the largest"),
+              std::string::npos)
+        << msg;
+  }
+  {
     const SmallVocab v("json_dup", {"ab", "ab"}, {"a b"});
     const std::string msg = error_of([&] { BpeTokenizer bpe(v.dir); });
     EXPECT_NE(msg.find("encoder.json:259: token \"ab\" appears twice"), std::string::npos) << msg;
