@@ -220,8 +220,8 @@ std::string checkpoint_name(int64_t step) {
 
 StoreTensors write_store_tensors(const ParamStore& store, const std::vector<std::string>& slots,
                                  const std::string& dir) {
-  STRATA_CHECK_EQ(slots.size(), store.state_slots())
-      << "checkpoint: the optimizer names " << slots.size() << " state slots, the store has "
+  STRATA_CHECK_LE(slots.size(), store.state_slots())
+      << "checkpoint: " << slots.size() << " state slots named, the store has "
       << store.state_slots();
   StoreTensors out;
   const auto& params = store.param_entries();
@@ -460,7 +460,7 @@ StoreLoad::StoreLoad(const std::string& dir, const proto::CheckpointManifest& ma
 
   const auto& params = store.param_entries();
   const auto& buffers = store.buffer_entries();
-  STRATA_CHECK_EQ(slots.size(), store.state_slots()) << "checkpoint: optimizer slots";
+  STRATA_CHECK_LE(slots.size(), store.state_slots()) << "checkpoint: optimizer slots";
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].alias) continue;  // its owner's storage
     read(Item::kParam, i, 0, params[i], params[i].init_key(), store.param(i));

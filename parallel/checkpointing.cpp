@@ -147,16 +147,19 @@ std::optional<graph::CheckpointRef> choose_checkpoint(Communicator* world,
   return graph::CheckpointRef{got.substr(space + 1), std::stoll(got.substr(0, space))};
 }
 
-proto::CheckpointManifest load_checkpoint(
-    Communicator* world, const std::string& path, const graph::Model& model,
-    graph::ParamStore& store, const std::vector<std::string>& slots,
-    const std::function<void(const proto::CheckpointManifest&)>& check) {
+proto::CheckpointManifest load_checkpoint(Communicator* world, const std::string& path,
+                                          const graph::Model& model, graph::ParamStore& store,
+                                          const std::vector<std::string>& slots,
+                                          const CheckpointVet& vet) {
   const int rank = world != nullptr ? world->rank() : 0;
   proto::CheckpointManifest manifest;
   std::unique_ptr<graph::StoreLoad> loaded;
   const std::string error = capture([&] {
     manifest = graph::read_manifest(path);
-    if (check) check(manifest);
+    std::vector<std::string> all_slots = slots;
+    if (vet) {
+      for (std::string& s : vet(manifest)) all_slots.push_back(std::move(s));
+    }
     if (rank == 0) {
       const std::vector<std::string> unknown = graph::unknown_layers(manifest, model);
       if (!unknown.empty()) {
@@ -167,7 +170,7 @@ proto::CheckpointManifest load_checkpoint(
                                      " (a checkpoint of another model)");
       }
     }
-    loaded = std::make_unique<graph::StoreLoad>(path, manifest, store, slots);
+    loaded = std::make_unique<graph::StoreLoad>(path, manifest, store, all_slots);
   });
   agree_or_throw(world, error, "loading the checkpoint " + path);
   loaded->apply(store);

@@ -55,12 +55,17 @@ std::optional<graph::CheckpointRef> choose_checkpoint(Communicator* world,
                                                       const std::string& resume,
                                                       const std::string& root);
 
-// Collective: loads the checkpoint at `path` into `store`. `check` (may be null) vets the
-// manifest before any tensor is read (a mismatched configuration) by throwing. Rank 0 also
-// refuses a checkpoint with layers the model lacks. Returns the manifest.
-proto::CheckpointManifest load_checkpoint(
-    Communicator* world, const std::string& path, const graph::Model& model,
-    graph::ParamStore& store, const std::vector<std::string>& slots,
-    const std::function<void(const proto::CheckpointManifest&)>& check = nullptr);
+// Vets a checkpoint's manifest before any tensor is read: throws for a mismatched configuration;
+// returns the names of further state slots to read after the optimizer's (the store must hold
+// them by then), e.g. the delayed gradients of --dp-delay.
+using CheckpointVet = std::function<std::vector<std::string>(const proto::CheckpointManifest&)>;
+
+// Collective: loads the checkpoint at `path` into `store`: parameters, buffers and the state
+// slots `slots` (then the ones `vet` adds) into the store's first state slots. `vet` may be null.
+// Rank 0 also refuses a checkpoint with layers the model lacks. Returns the manifest.
+proto::CheckpointManifest load_checkpoint(Communicator* world, const std::string& path,
+                                          const graph::Model& model, graph::ParamStore& store,
+                                          const std::vector<std::string>& slots,
+                                          const CheckpointVet& vet = nullptr);
 
 }  // namespace strata::parallel

@@ -422,6 +422,26 @@ int64_t Executor::flush_gradients() {
   return applied;
 }
 
+std::vector<Tensor> Executor::delayed_gradients() {
+  std::vector<Tensor> out;
+  if (grouped_dp_ == nullptr || config_.grad_sync.delay == 0) return out;
+  const auto start = Clock::now();
+  for (int64_t update : grouped_dp_->pending_updates()) {
+    out.push_back(grouped_dp_->reduced_gradient(update));
+  }
+  collective_seconds_ += seconds_since(start);
+  return out;
+}
+
+void Executor::restore_delayed_gradients(const std::vector<Tensor>& reduced) {
+  if (reduced.empty()) return;
+  STRATA_CHECK(grouped_dp_ != nullptr && config_.grad_sync.delay > 0)
+      << "executor: stage " << range_.stage << " was given " << reduced.size()
+      << " delayed gradients but runs without --dp-delay over several groups";
+  STRATA_CHECK_EQ(updates_, 0) << "executor: delayed gradients are restored before the first step";
+  for (const Tensor& g : reduced) grouped_dp_->restore_gradient(updates_++, g);
+}
+
 void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStats* stats) {
   try {
     execute_op(in, source, stats);

@@ -134,6 +134,15 @@ class Executor {
   // --dp-delay D > 0: applies the gradients still in flight at the end of a run (up to D
   // updates). Every rank must call it at the same point. Returns the updates applied.
   int64_t flush_gradients();
+  // --dp-delay D > 0, for checkpoints (every rank at the same step boundary): the all-reduced
+  // gradients still waiting to be applied, oldest first (at most D; empty without delay or with
+  // one group), each laid out like the store's gradient buffer. Waits for their all-reduces.
+  std::vector<Tensor> delayed_gradients();
+  // A resumed run, before its first step: makes `reduced` (oldest first, as delayed_gradients()
+  // returned them when the checkpoint was written) the pending gradients, so that the next
+  // updates apply them as the interrupted run would have. The optimizer's step counter
+  // (ExecutorConfig::first_step) must count applied gradients only.
+  void restore_delayed_gradients(const std::vector<Tensor>& reduced);
 
   // Forward only, in evaluation mode, of micro-batches [first, first + count) (no tape kept):
   // RecvAct/Forward/SendAct in order. Returns the last stage's loss sum and counts.

@@ -245,6 +245,29 @@ void GroupedDp::take_gradients(int64_t update) {
   unapplied_.erase(it);
 }
 
+Tensor GroupedDp::reduced_gradient(int64_t update) {
+  STRATA_CHECK(!slots_.empty()) << "grouped DP: only a delayed all-reduce (--dp-delay > 0) is "
+                                   "kept after its update";
+  STRATA_CHECK(std::find(unapplied_.begin(), unapplied_.end(), update) != unapplied_.end())
+      << "grouped DP: the gradient of update " << update << " of stage " << stage_
+      << " is not pending";
+  wait_jobs(update, false);
+  return slot(update);
+}
+
+void GroupedDp::restore_gradient(int64_t update, const Tensor& reduced) {
+  STRATA_CHECK(!slots_.empty() && static_cast<int>(unapplied_.size()) < config_.delay)
+      << "grouped DP: stage " << stage_ << " cannot hold another delayed gradient (--dp-delay "
+      << config_.delay << ", " << unapplied_.size() << " pending)";
+  STRATA_CHECK(update > launching_update_ &&
+               std::find(unapplied_.begin(), unapplied_.end(), update) == unapplied_.end())
+      << "grouped DP: update " << update << " of stage " << stage_ << " was already launched";
+  STRATA_CHECK_EQ(reduced.numel(), store_.grads().numel())
+      << "grouped DP: a restored gradient of stage " << stage_ << " has the wrong size";
+  slot(update).copy_from(reduced);
+  unapplied_.push_back(update);
+}
+
 std::vector<int64_t> GroupedDp::pending_updates() const { return unapplied_; }
 
 bool GroupedDp::idle() const {

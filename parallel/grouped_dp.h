@@ -126,6 +126,14 @@ class GroupedDp {
   std::vector<int64_t> pending_updates() const;
   // Waits for the gradient of update u (launched, not applied) and puts it into the store.
   void take_gradients(int64_t update);
+  // --dp-delay D > 0, for checkpoints: waits for the all-reduce of update u (launched, not
+  // applied) and returns its all-reduced gradient (a view of the ring, laid out like grads();
+  // valid until update u + 1 + D is launched). It stays pending.
+  Tensor reduced_gradient(int64_t update);
+  // --dp-delay D > 0, a resumed run: the all-reduced gradient of update u, read from a checkpoint,
+  // becomes pending as if launched and already reduced. Only before update u is launched, with
+  // fewer than D + 1 updates pending.
+  void restore_gradient(int64_t update, const Tensor& reduced);
   // True when no all-reduce is queued or running.
   bool idle() const;
 

@@ -172,13 +172,31 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
                (config.checkpoint.dir.empty() && config.checkpoint.resume.empty()))
       << "checkpoints need a schedule that flushes at step boundaries (gpipe, 1f1b), not "
       << schedule_name(pipeline.schedule);
-  // The delayed all-reduces in flight (--dp-delay) are not part of a checkpoint yet: a resumed
-  // run would lose D updates' gradients, so the combination is refused rather than inexact.
-  STRATA_CHECK(pipeline.grad_sync.delay == 0 ||
-               (config.checkpoint.dir.empty() && config.checkpoint.resume.empty()))
-      << "--dp-delay " << pipeline.grad_sync.delay
-      << " cannot be combined with --checkpoint-dir/--resume: checkpoints do not hold the "
-         "gradients still in flight";
+  // --dp-delay D: a checkpoint holds the all-reduced gradients not applied yet, per parameter
+  // (see describe_run). A tied parameter split between stages has one gradient per side until
+  // the update sums them, and a checkpoint keys both sides by the owner: refused rather than
+  // resumed inexactly.
+  const bool checkpointing = !config.checkpoint.dir.empty() || !config.checkpoint.resume.empty();
+  if (pipeline.grad_sync.delay > 0 && checkpointing && pipeline.stages > 1) {
+    auto stage_of = [&](size_t layer) {
+      for (size_t s = 0; s < pipeline.partition.size(); ++s) {
+        if (layer >= pipeline.partition[s].first && layer < pipeline.partition[s].second) return s;
+      }
+      return pipeline.partition.size();
+    };
+    for (size_t l = 0; l < model_->size(); ++l) {
+      for (const graph::ParamSpec& p : model_->layer(l).param_specs()) {
+        if (p.tied_to.empty()) continue;
+        const std::optional<size_t> owner = model_->find_param_layer(p.tied_to);
+        STRATA_CHECK(!owner || stage_of(*owner) == stage_of(l))
+            << "--dp-delay " << pipeline.grad_sync.delay << " with checkpoints: the tied parameter "
+            << p.tied_to << " is split between "
+            << "stages " << stage_of(*owner) << " and " << stage_of(l)
+            << ", whose delayed gradients a checkpoint cannot hold apart; keep its layers on "
+               "one stage (--partition) or drop --dp-delay";
+      }
+    }
+  }
   STRATA_CHECK(config.checkpoint.save_every >= 0 && config.checkpoint.keep_last >= 0)
       << "--save-every and --keep-last must be >= 0";
   STRATA_CHECK(config.checkpoint.save_every == 0 || !config.checkpoint.dir.empty())
@@ -186,10 +204,38 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
   // The optimizer's state exists from here on (zero), so that a checkpoint can fill it.
   slots_ = graph::optimizer_slot_names(config.optimizer);
   store_->ensure_state(slots_.size());
+  // --dp-delay D over several groups: D more state slots, where the delayed gradients are put to
+  // be written (and read back on resume).
+  if (pipeline.grad_sync.delay > 0 && pipeline.groups > 1 && checkpointing) {
+    store_->ensure_state(slots_.size() + static_cast<size_t>(pipeline.grad_sync.delay));
+  }
   if (!config.checkpoint.resume.empty()) resume();
 }
 
+std::vector<std::string> Trainer::delayed_slot_names(int64_t pending) {
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < pending; ++i) names.push_back("dp_delayed_grad_" + std::to_string(i));
+  return names;
+}
+
 void Trainer::check_resumable(const proto::CheckpointManifest& m) const {
+  const int pending = m.run().dp_pending();
+  const int delay = pipeline_.grad_sync.delay;
+  if (pending > 0 && (m.run().dp_delay() != delay || pipeline_.groups < 2)) {
+    throw graph::CheckpointError(
+        "it holds the gradients of its last " + std::to_string(pending) +
+        " steps, all-reduced but not applied yet (written with --dp-delay " +
+        std::to_string(m.run().dp_delay()) + "); this run uses --dp-delay " +
+        std::to_string(delay) + " over " + std::to_string(pipeline_.groups) +
+        " group(s): resume with --dp-delay " + std::to_string(m.run().dp_delay()) +
+        " and --groups of 2 or more, so that they are applied when the run that wrote it would "
+        "have applied them");
+  }
+  if (pending > m.run().dp_delay() || pending < 0) {
+    throw graph::CheckpointError("its manifest says " + std::to_string(pending) +
+                                 " delayed gradients with --dp-delay " +
+                                 std::to_string(m.run().dp_delay()) + ": corrupt");
+  }
   const graph::OptimizerConfig& opt = config_.optimizer;
   const std::vector<std::string> slots(m.optimizer().slot().begin(), m.optimizer().slot().end());
   if (m.optimizer().kind() != graph::optimizer_name(opt.kind) || slots != slots_) {
@@ -213,10 +259,13 @@ void Trainer::resume() {
     }
     return;
   }
-  const proto::CheckpointManifest m =
-      load_checkpoint(world_, ref->path, *model_, *store_, slots_,
-                      [this](const proto::CheckpointManifest& m) { check_resumable(m); });
+  const proto::CheckpointManifest m = load_checkpoint(
+      world_, ref->path, *model_, *store_, slots_, [this](const proto::CheckpointManifest& m) {
+        check_resumable(m);
+        return delayed_slot_names(m.run().dp_pending());
+      });
   start_step_ = m.step();
+  resumed_pending_ = m.run().dp_pending();
   skipped_before_ = m.run().skipped_steps();
   samples_before_ = m.run().samples_seen();
   resumed_from_ = ref->path;
@@ -398,13 +447,21 @@ TrainSummary Trainer::run() {
   ec.optimizer.skip_non_finite = true;  // both NaN policies keep the weights of a bad step
   // --nan-policy skip: every stage skips the same updates, so they agree on the global norm.
   ec.global_norm = config_.nan_policy == NanPolicy::kSkip;
-  ec.first_step = start_step_;
+  // Optimizer steps count applied gradients: a checkpoint's delayed ones are not applied yet.
+  ec.first_step = start_step_ - resumed_pending_;
   ec.grad_sync = pipeline_.grad_sync;
   ec.grad_sync_observer = pipeline_.grad_sync_observer;
   Executor executor(
       ctx_, *model_, *store_,
       {stage_, S, pipeline_.partition[stage_].first, pipeline_.partition[stage_].second}, comms, ec,
       trace.get());
+  if (resumed_pending_ > 0) {
+    std::vector<Tensor> delayed;
+    for (int64_t i = 0; i < resumed_pending_; ++i) {
+      delayed.push_back(store_->state(slots_.size() + static_cast<size_t>(i)));
+    }
+    executor.restore_delayed_gradients(delayed);
+  }
 
   // The programs: one per step, or the asynchronous run cut into segments of M updates.
   const bool sync = is_synchronous(pipeline_.schedule);
@@ -545,8 +602,19 @@ TrainSummary Trainer::run() {
       proto::CheckpointManifest manifest =
           describe_run(done, total, per_epoch, samples_before_ + summary.samples, reason);
       manifest.mutable_run()->set_skipped_steps(summary.skipped_steps);
+      // --dp-delay: the gradients all-reduced but not applied yet go into the state slots after
+      // the optimizer's (every group holds the same ones; group 0 writes them).
+      const std::vector<Tensor> delayed = executor.delayed_gradients();
+      for (size_t i = 0; i < delayed.size(); ++i)
+        store_->state(slots_.size() + i).copy_from(delayed[i]);
+      std::vector<std::string> slots = slots_;
+      for (std::string& n : delayed_slot_names(static_cast<int64_t>(delayed.size()))) {
+        slots.push_back(std::move(n));
+      }
+      manifest.mutable_run()->set_dp_delay(pipeline_.grad_sync.delay);
+      manifest.mutable_run()->set_dp_pending(static_cast<int32_t>(delayed.size()));
       const SavedCheckpoint saved = save_checkpoint(world_, ckpt.dir, done, ckpt.keep_last,
-                                                    manifest, *store_, slots_, group_ == 0);
+                                                    manifest, *store_, slots, group_ == 0);
       summary.last_checkpoint = saved.path;
       if (rank_ == 0) {
         std::string pruned;

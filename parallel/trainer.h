@@ -194,6 +194,8 @@ class Trainer {
   void make_communicators();
   void resume();
   void check_resumable(const proto::CheckpointManifest& manifest) const;
+  // The state slots holding a checkpoint's delayed gradients (--dp-delay), oldest first.
+  static std::vector<std::string> delayed_slot_names(int64_t pending);
   proto::CheckpointManifest describe_run(int64_t step, int64_t total, int64_t per_epoch,
                                          int64_t samples, const std::string& reason) const;
 
@@ -210,8 +212,9 @@ class Trainer {
   proto::ModelSpec spec_;
   std::vector<std::string> slots_;  // optimizer state slot names
   int64_t start_step_ = 0;
-  int64_t skipped_before_ = 0;  // skipped steps of the run that wrote the checkpoint
-  int64_t samples_before_ = 0;  // samples seen by it
+  int64_t skipped_before_ = 0;   // skipped steps of the run that wrote the checkpoint
+  int64_t samples_before_ = 0;   // samples seen by it
+  int64_t resumed_pending_ = 0;  // delayed gradients (--dp-delay) in the checkpoint loaded
   std::string resumed_from_;
 };
 

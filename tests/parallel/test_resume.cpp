@@ -264,6 +264,66 @@ TEST(Resume, AnotherLayoutLoadsTheSameWeightsAndContinues) {
   EXPECT_GT(max_diff(continued.weights, written.weights), 1e-3);  // it trained
 }
 
+// --dp-delay D: a checkpoint mid-run holds the D gradients all-reduced but not applied yet, and
+// the resumed run applies them when the uninterrupted one does (bitwise equal at the end).
+TEST(Resume, DelayedGradientsAreCheckpointedAndApplied) {
+  PipelineConfig two_by_two = layout(2, 2, 2);
+  two_by_two.grad_sync.delay = 2;
+  expect_exact_resume(two_by_two, true, 5, "delay2");
+  PipelineConfig groups = layout(1, 2, 2);
+  groups.grad_sync.delay = 3;
+  expect_exact_resume(groups, false, 2, "delay3_early");  // stopped before D updates
+
+  // The manifest says how many are pending; the tensors are per parameter, oldest first.
+  auto data = std::make_shared<Classes>();
+  TrainConfig c = config();
+  c.checkpoint.dir = fresh("delay_manifest");
+  RunControl control;
+  c.control = &control;
+  StopAt stop(&control, 5);
+  run(c, two_by_two, spec(false), data, true, &stop);
+  const std::string path = c.checkpoint.dir + "/" + graph::checkpoint_name(5);
+  const proto::CheckpointManifest m = graph::read_manifest(path);
+  EXPECT_EQ(m.run().dp_delay(), 2);
+  EXPECT_EQ(m.run().dp_pending(), 2);
+  std::set<std::string> slots;
+  for (const auto& t : m.tensor()) {
+    if (t.layer() == "fc1" && t.name() == "weight") slots.insert(t.slot());
+  }
+  EXPECT_EQ(slots, (std::set<std::string>{"", "exp_avg", "exp_avg_sq", "dp_delayed_grad_0",
+                                          "dp_delayed_grad_1"}));
+  // The end of training applies every gradient: nothing pending in the last checkpoint.
+  TrainConfig end = config();
+  end.checkpoint.dir = fresh("delay_end");
+  run(end, two_by_two, spec(false), data);
+  EXPECT_EQ(graph::read_manifest(end.checkpoint.dir + "/" + graph::checkpoint_name(kSteps))
+                .run()
+                .dp_pending(),
+            0);
+
+  // Another stage layout with the same delay continues (gradients keyed by parameter).
+  PipelineConfig three = layout(3, 2, 2);
+  three.grad_sync.delay = 2;
+  TrainConfig load = config();
+  load.checkpoint.resume = path;
+  const Outcome straight = run(config(), two_by_two, spec(false), data);
+  const Outcome continued = run(load, three, spec(false), data);
+  EXPECT_EQ(continued.start_step, 5);
+  EXPECT_LT(max_diff(continued.weights, straight.weights), 1e-5);
+
+  // Another delay, or one group (no delayed all-reduce), would drop or misplace them: refused.
+  for (const auto& [delay, groups_n] : std::vector<std::pair<int, int>>{{1, 2}, {0, 2}, {2, 1}}) {
+    PipelineConfig other = layout(2, groups_n, 2);
+    other.grad_sync.delay = delay;
+    try {
+      run(load, other, spec(false), data, false);
+      ADD_FAILURE() << "resumed delay 2 with delay " << delay << ", " << groups_n << " groups";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--dp-delay 2"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Resume, AutoWithoutACheckpointStartsFresh) {
   auto data = std::make_shared<Classes>();
   TrainConfig c = config();
