@@ -35,13 +35,16 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerConfig& config)
   store_.ensure_state(optimizer_slot_names(config).size());
 }
 
-OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSum& global_sum) {
+OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSum& global_sum,
+                                  double grad_scale) {
+  STRATA_CHECK(grad_scale > 0 && std::isfinite(grad_scale))
+      << "optimizer: gradient scale " << grad_scale;
   OptimizerStepInfo info;
   info.lr = config_.schedule.lr_at(step);
   double local = ops::sum_of_squares(ctx, store_.grads());
   for (size_t i : store_.tied_copies()) local -= ops::sum_of_squares(ctx, store_.grad(i));
   const double total = global_sum ? global_sum(local) : local;
-  info.grad_norm = std::sqrt(std::max(total, 0.0));
+  info.grad_norm = std::sqrt(std::max(total, 0.0)) / grad_scale;
   if (config_.skip_non_finite && !std::isfinite(total)) {
     info.skipped = true;
     const auto& entries = store_.param_entries();
@@ -52,10 +55,11 @@ OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSu
     }
     return info;
   }
+  double factor = 1.0 / grad_scale;
   if (config_.clip_grad_norm > 0) {
-    ops::scale_gradients(ctx, {store_.grads()},
-                         ops::clip_coefficient(info.grad_norm, config_.clip_grad_norm));
+    factor *= ops::clip_coefficient(info.grad_norm, config_.clip_grad_norm);
   }
+  if (factor != 1.0) ops::scale_gradients(ctx, {store_.grads()}, factor);
   const auto& entries = store_.param_entries();
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].alias) continue;  // updated through its owner

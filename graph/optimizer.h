@@ -60,8 +60,11 @@ class Optimizer {
   // accumulated gradients: clip by the global norm (when configured), then update with the
   // schedule's rate. Gradients are left as they are (zero them before the next accumulation).
   // Copies of tied parameters owned by another store are left out of the norm (their owner
-  // counts them once).
-  OptimizerStepInfo step(ExecContext& ctx, int64_t step, const GlobalSum& global_sum = nullptr);
+  // counts them once). `grad_scale`: the gradients are that many times the true ones (loss
+  // scaling, a power of two): the norm is reported unscaled and the gradients are divided by it
+  // together with the clipping factor, before the update (bit for bit an unscaled step in fp32).
+  OptimizerStepInfo step(ExecContext& ctx, int64_t step, const GlobalSum& global_sum = nullptr,
+                         double grad_scale = 1.0);
   const OptimizerConfig& config() const { return config_; }
 
  private:

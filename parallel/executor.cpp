@@ -288,8 +288,8 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
     stats->top5 += ops::topk_correct(ctx_, flat_logits, flat_target, 5, loss.ignore_index);
   }
   if (training) {
-    f.dlogits =
-        ops::cross_entropy_backward(ctx_, flat_logits, flat_target, loss, 1.0).view(logits.shape());
+    f.dlogits = ops::cross_entropy_backward(ctx_, flat_logits, flat_target, loss, loss_scale_)
+                    .view(logits.shape());
   }
 }
 
@@ -397,12 +397,13 @@ void Executor::apply_update(StepStats* stats) {
       return t.item<double>();
     };
   }
-  const graph::OptimizerStepInfo info = optimizer_.step(ctx_, optimizer_steps_, global_sum);
+  const graph::OptimizerStepInfo info =
+      optimizer_.step(ctx_, optimizer_steps_, global_sum, loss_scale_);
   store_.zero_grads();
   ++optimizer_steps_;
   stats->lr = info.lr;
   stats->grad_norm = info.grad_norm;
-  stats->grad_sq = local_sq;
+  stats->grad_sq = local_sq / (loss_scale_ * loss_scale_);  // unscaled
   ++stats->optimizer_steps;
   if (info.skipped) {
     ++stats->skipped_steps;
@@ -420,6 +421,14 @@ int64_t Executor::flush_gradients() {
     ++applied;
   }
   return applied;
+}
+
+void Executor::set_loss_scale(double scale) {
+  STRATA_CHECK(scale >= 1.0 && std::isfinite(scale)) << "executor: loss scale " << scale;
+  STRATA_CHECK(scale == 1.0 || (is_synchronous(config_.kind) && config_.grad_sync.delay == 0))
+      << "loss scaling needs a synchronous schedule without --dp-delay (a gradient must be "
+         "unscaled by the scale it was computed with)";
+  loss_scale_ = scale;
 }
 
 std::vector<Tensor> Executor::delayed_gradients() {

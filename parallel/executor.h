@@ -138,6 +138,10 @@ class Executor {
   // gradients still waiting to be applied, oldest first (at most D; empty without delay or with
   // one group), each laid out like the store's gradient buffer. Waits for their all-reduces.
   std::vector<Tensor> delayed_gradients();
+  // Loss scaling (parallel/loss_scale.h): the loss gradient of the next Backward passes is
+  // multiplied by `scale` and the next update divides the gradients by it. Synchronous schedules
+  // without --dp-delay only; set between steps.
+  void set_loss_scale(double scale);
   // A resumed run, before its first step: makes `reduced` (oldest first, as delayed_gradients()
   // returned them when the checkpoint was written) the pending gradients, so that the next
   // updates apply them as the interrupted run would have. The optimizer's step counter
@@ -208,6 +212,7 @@ class Executor {
   // Data-parallel gradient all-reduce (null with one group); updates_ counts ReduceGrads.
   std::unique_ptr<GroupedDp> grouped_dp_;
   int64_t updates_ = 0;
+  double loss_scale_ = 1.0;
   bool last_backward_ = false;  // the Backward being executed is the last before a ReduceGrads
 };
 

@@ -121,8 +121,19 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
       config_(config),
       pipeline_(pipeline),
       world_(world),
-      observer_(observer) {
+      observer_(observer),
+      scaler_(config.loss_scale) {
   STRATA_CHECK(train_ != nullptr) << "Trainer needs a training dataset";
+  if (scaler_.enabled()) {
+    STRATA_CHECK(is_synchronous(pipeline.schedule))
+        << "--loss-scale " << loss_scale_name(config.loss_scale)
+        << " needs a synchronous schedule (gpipe, 1f1b): " << schedule_name(pipeline.schedule)
+        << " updates between the steps where the scale is decided";
+    STRATA_CHECK(pipeline.grad_sync.delay == 0)
+        << "--loss-scale " << loss_scale_name(config.loss_scale) << " cannot be combined with "
+        << "--dp-delay " << pipeline.grad_sync.delay
+        << ": a delayed gradient would be unscaled by a later step's scale";
+  }
   STRATA_CHECK(config.log_every > 0) << "--log-every must be positive";
   STRATA_CHECK(config.eval_every >= 0) << "--eval-every must be >= 0";
   const int S = pipeline.stages, G = pipeline.groups;
@@ -266,6 +277,8 @@ void Trainer::resume() {
       });
   start_step_ = m.step();
   resumed_pending_ = m.run().dp_pending();
+  if (m.run().has_loss_scale())
+    scaler_.restore(m.run().loss_scale(), m.run().loss_scale_good_steps());
   skipped_before_ = m.run().skipped_steps();
   samples_before_ = m.run().samples_seen();
   resumed_from_ = ref->path;
@@ -446,7 +459,8 @@ TrainSummary Trainer::run() {
   ec.optimizer.schedule.total_steps = std::max(ec.optimizer.schedule.total_steps, total);
   ec.optimizer.skip_non_finite = true;  // both NaN policies keep the weights of a bad step
   // --nan-policy skip: every stage skips the same updates, so they agree on the global norm.
-  ec.global_norm = config_.nan_policy == NanPolicy::kSkip;
+  // Loss scaling too: every stage skips an overflow alike.
+  ec.global_norm = config_.nan_policy == NanPolicy::kSkip || scaler_.enabled();
   // Optimizer steps count applied gradients: a checkpoint's delayed ones are not applied yet.
   ec.first_step = start_step_ - resumed_pending_;
   ec.grad_sync = pipeline_.grad_sync;
@@ -495,6 +509,7 @@ TrainSummary Trainer::run() {
     const auto step_start = Clock::now();
     const Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
                                  : async_segments[step];
+    executor.set_loss_scale(scaler_.scale());
     StepStats stats = executor.run(program, source);
     if (step + 1 == total) executor.flush_gradients();  // --dp-delay: the last D gradients
     if (sync) executor.finish();
@@ -512,7 +527,26 @@ TrainSummary Trainer::run() {
     // Async: M updates per segment, each loss the mean of its micro-batch over the groups.
     const double loss = sync ? m[0] : m[0] / static_cast<double>(M);
     const bool skipped = m[2] > 0;
-    if (skipped || !std::isfinite(loss)) {
+    // Dynamic loss scaling: a non-finite gradient with a finite loss is the scaled gradient
+    // overflowing: skipped like --nan-policy skip, whatever the policy, and the scale halves.
+    const bool overflow = skipped && std::isfinite(loss) && scaler_.absorbs_overflow();
+    if (overflow) {
+      std::string first;
+      for (const std::string& n : all_gather_strings(world_, stats.first_non_finite)) {
+        if (first.empty()) first = n;
+      }
+      const double was = scaler_.scale();
+      scaler_.update(true);
+      ++summary.skipped_steps;
+      ++summary.overflow_steps;
+      if (rank_ == 0) {
+        STRATA_LOG(WARN) << "step " << step + 1 << " (epoch " << epoch + 1
+                         << "): the gradient overflowed at loss scale " << was
+                         << (first.empty() ? "" : " (first in parameter " + first + ")")
+                         << ": update skipped, loss scale now " << scaler_.scale() << " ("
+                         << summary.skipped_steps << " skipped so far)";
+      }
+    } else if (skipped || !std::isfinite(loss)) {
       // The first layer with a non-finite gradient: ranks in order are group 0's stages in order.
       std::string first;
       if (skipped) {
@@ -539,6 +573,9 @@ TrainSummary Trainer::run() {
                          << summary.skipped_steps << " skipped so far)";
       }
     }
+    if (!skipped && scaler_.update(false) && rank_ == 0) {
+      STRATA_LOG(DEBUG) << "step " << step + 1 << ": loss scale raised to " << scaler_.scale();
+    }
     const double dt = seconds_since(step_start);
     const int64_t samples = source.group_rows(step) * G;
     train_seconds += dt;
@@ -558,6 +595,7 @@ TrainSummary Trainer::run() {
       r.loss = interval_counted > 0 ? interval_loss / static_cast<double>(interval_counted)
                                     : std::nan("");
       r.skipped_steps = summary.skipped_steps;
+      r.loss_scale = scaler_.enabled() ? scaler_.scale() : 0.0;
       r.lr = stats.lr;
       r.grad_norm = stats.grad_norm;
       r.samples_per_s = interval_seconds > 0 ? interval_samples / interval_seconds : 0.0;
@@ -602,6 +640,10 @@ TrainSummary Trainer::run() {
       proto::CheckpointManifest manifest =
           describe_run(done, total, per_epoch, samples_before_ + summary.samples, reason);
       manifest.mutable_run()->set_skipped_steps(summary.skipped_steps);
+      if (scaler_.dynamic()) {
+        manifest.mutable_run()->set_loss_scale(scaler_.scale());
+        manifest.mutable_run()->set_loss_scale_good_steps(scaler_.good_steps());
+      }
       // --dp-delay: the gradients all-reduced but not applied yet go into the state slots after
       // the optimizer's (every group holds the same ones; group 0 writes them).
       const std::vector<Tensor> delayed = executor.delayed_gradients();
@@ -663,6 +705,7 @@ TrainSummary Trainer::run() {
     if (rank_ == 0) Trace::write_file(pipeline_.trace_path, events);
   }
   summary.train_seconds = train_seconds;
+  summary.loss_scale = scaler_.enabled() ? scaler_.scale() : 0.0;
   summary.wall_seconds = seconds_since(wall_start);
   return summary;
 }

@@ -28,6 +28,7 @@
 #include "ops/cross_entropy.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/grouped_dp.h"
+#include "parallel/loss_scale.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -76,6 +77,7 @@ struct TrainConfig {
   std::string init_weights;
   CheckpointConfig checkpoint;
   NanPolicy nan_policy = NanPolicy::kAbort;
+  LossScaleConfig loss_scale;     // --loss-scale (parallel/loss_scale.h)
   RunControl* control = nullptr;  // may be null
 };
 
@@ -107,6 +109,7 @@ struct StepRecord {
   double elapsed_s = 0.0;      // training time so far (evaluation excluded)
   double eta_s = 0.0;          // training time left at the current rate
   int64_t skipped_steps = 0;   // updates skipped for a non-finite loss or gradient, so far
+  double loss_scale = 0.0;     // --loss-scale: the scale of the next step (0: off)
 };
 
 struct EvalRecord {
@@ -153,7 +156,10 @@ struct TrainSummary {
   // theoretical_bubble_fraction (parallel/schedule/schedule.h).
   double measured_bubble = 0.0;
   double theoretical_bubble = 0.0;  // the schedule's ideal idle fraction
-  int64_t skipped_steps = 0;        // updates skipped (--nan-policy skip), resumed ones included
+  int64_t skipped_steps = 0;        // updates skipped (--nan-policy skip, loss-scale overflows),
+                                    // resumed ones included
+  int64_t overflow_steps = 0;       // of those, overflows of dynamic loss scaling (this run)
+  double loss_scale = 0.0;          // the scale at the end (0: --loss-scale off)
   bool stopped = false;             // stopped early on a RunControl request
   std::string resumed_from;         // the checkpoint loaded, if any
   std::string last_checkpoint;      // the last checkpoint written, if any
@@ -212,9 +218,10 @@ class Trainer {
   proto::ModelSpec spec_;
   std::vector<std::string> slots_;  // optimizer state slot names
   int64_t start_step_ = 0;
-  int64_t skipped_before_ = 0;   // skipped steps of the run that wrote the checkpoint
-  int64_t samples_before_ = 0;   // samples seen by it
-  int64_t resumed_pending_ = 0;  // delayed gradients (--dp-delay) in the checkpoint loaded
+  int64_t skipped_before_ = 0;  // skipped steps of the run that wrote the checkpoint
+  int64_t samples_before_ = 0;  // samples seen by it
+  int64_t resumed_pending_ = 0;
+  LossScaler scaler_;  // delayed gradients (--dp-delay) in the checkpoint loaded
   std::string resumed_from_;
 };
 

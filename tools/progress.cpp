@@ -1,6 +1,7 @@
 #include "tools/progress.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace strata::tools {
 
@@ -53,10 +54,14 @@ void ConsoleReporter::on_log(const parallel::StepRecord& r) {
   } else {
     std::snprintf(epoch, sizeof(epoch), "%lld", static_cast<long long>(r.epoch + 1));
   }
-  char skipped[48] = "";
+  char skipped[96] = "";
   if (r.skipped_steps > 0) {
     std::snprintf(skipped, sizeof(skipped), " | skipped %lld",
                   static_cast<long long>(r.skipped_steps));
+  }
+  if (r.loss_scale > 0) {
+    const size_t used = std::strlen(skipped);
+    std::snprintf(skipped + used, sizeof(skipped) - used, " | loss scale %g", r.loss_scale);
   }
   std::fprintf(out_,
                "step %lld/%lld | epoch %s | loss %.4f | lr %.2e | grad_norm %.3f | %.0f samples/s"
@@ -66,15 +71,17 @@ void ConsoleReporter::on_log(const parallel::StepRecord& r) {
                format_duration(r.eta_s).c_str(), skipped);
   std::fflush(out_);
   if (metrics_ != nullptr) {
-    metrics_->write({{"type", "train"},
-                     {"step", r.step},
-                     {"epoch", r.epoch},
-                     {"loss", r.loss},
-                     {"lr", r.lr},
-                     {"grad_norm", r.grad_norm},
-                     {"samples_per_s", r.samples_per_s},
-                     {"elapsed_s", r.elapsed_s},
-                     {"skipped", r.skipped_steps}});
+    nlohmann::json record = {{"type", "train"},
+                             {"step", r.step},
+                             {"epoch", r.epoch},
+                             {"loss", r.loss},
+                             {"lr", r.lr},
+                             {"grad_norm", r.grad_norm},
+                             {"samples_per_s", r.samples_per_s},
+                             {"elapsed_s", r.elapsed_s},
+                             {"skipped", r.skipped_steps}};
+    if (r.loss_scale > 0) record["loss_scale"] = r.loss_scale;
+    metrics_->write(record);
   }
 }
 

@@ -173,6 +173,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "A step with a non-finite loss or gradient: abort (stop, naming the step and the "
                   "first layer) or skip (drop its update, counted in the log and metrics)")
       ->check(CLI::IsMember({"abort", "skip"}));
+  cmd->add_option("--loss-scale", o.loss_scale,
+                  "Loss scaling: off, dynamic (start at 65536; a step whose gradient overflows is "
+                  "skipped, counted in the log and metrics, and the scale halves), or a fixed "
+                  "power of two (e.g. 1024 or 2^10). In fp32 the weights are bit for bit those "
+                  "without scaling unless a value overflows");
+  cmd->add_option("--loss-scale-window", o.loss_scale_window,
+                  "--loss-scale dynamic: steps in a row without overflow before the scale doubles");
   return cmd;
 }
 
@@ -357,6 +364,10 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                           "; SIGTERM/SIGINT/SIGUSR1 save and stop, SIGHUP/SIGUSR2 save"},
                {"resume", o.resume.empty() ? "no" : o.resume},
                {"nan policy", o.nan_policy},
+               {"loss scale", o.loss_scale == "dynamic"
+                                  ? "dynamic, doubled after " +
+                                        std::to_string(o.loss_scale_window) + " good steps"
+                                  : o.loss_scale},
                {"data workers", std::to_string(o.workers)}});
   std::fflush(stdout);
 }
@@ -411,9 +422,15 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
                           .c_str());
   }
   if (summary.skipped_steps > 0) {
-    std::printf("skipped %lld steps with a non-finite loss or gradient (--nan-policy skip)\n",
+    std::printf("skipped %lld steps with a non-finite loss or gradient",
                 static_cast<long long>(summary.skipped_steps));
+    if (summary.overflow_steps > 0) {
+      std::printf(" (%lld of them loss-scale overflows)",
+                  static_cast<long long>(summary.overflow_steps));
+    }
+    std::printf("\n");
   }
+  if (summary.loss_scale > 0) std::printf("loss scale at the end: %g\n", summary.loss_scale);
   std::string resumed;
   if (summary.first_step > 0) {
     resumed = " (resumed at step " + std::to_string(summary.first_step) + " from " +
@@ -538,6 +555,9 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   config.checkpoint.keep_last = o.keep_last;
   config.checkpoint.resume = o.resume;
   config.nan_policy = parallel::parse_nan_policy(o.nan_policy);
+  config.loss_scale = parallel::parse_loss_scale(o.loss_scale);
+  config.loss_scale.window = o.loss_scale_window;
+  parallel::check_loss_scale(config.loss_scale);
   STRATA_CHECK(o.save_every >= 0 && o.keep_last >= 0)
       << "--save-every and --keep-last must be >= 0";
   STRATA_CHECK(o.save_every == 0 || !o.checkpoint_dir.empty())

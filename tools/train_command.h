@@ -72,6 +72,8 @@ struct TrainOptions {
   int keep_last = 0;
   std::string resume;  // "", "auto", or a path
   std::string nan_policy = "abort";
+  std::string loss_scale = "off";  // off | dynamic | a power of two
+  int64_t loss_scale_window = 2000;
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options);

@@ -25,11 +25,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The class is the argmax of a fixed linear map; samples in `poisoned` have NaN features.
+// The class is the argmax of a fixed linear map; samples in `poisoned` have NaN features;
+// features are drawn from [-scale, scale].
 class Classes final : public io::Dataset {
  public:
-  explicit Classes(std::set<int64_t> poisoned = {})
-      : x_(testing::random_tensor({kN, kF}, 21, -1, 1, DType::kF32)),
+  explicit Classes(std::set<int64_t> poisoned = {}, float scale = 1.0f)
+      : x_(testing::random_tensor({kN, kF}, 21, -scale, scale, DType::kF32)),
         w_(testing::random_tensor({kC, kF}, 22, -1, 1, DType::kF64)),
         poisoned_(std::move(poisoned)) {}
   static constexpr int64_t kN = 256, kF = 12, kC = 5;
@@ -191,16 +192,16 @@ double max_diff(const Weights& a, const Weights& b) {
 
 // N straight vs k, stop, resume, N - k: bitwise equal weights, buffers and optimizer state.
 void expect_exact_resume(const PipelineConfig& pipeline, bool batch_norm, int64_t k,
-                         const std::string& name) {
+                         const std::string& name, const TrainConfig& base = config(),
+                         std::shared_ptr<const io::Dataset> data = std::make_shared<Classes>()) {
   SCOPED_TRACE(name);
-  auto data = std::make_shared<Classes>();
   const proto::ModelSpec model = spec(batch_norm);
-  TrainConfig straight = config();
+  TrainConfig straight = base;
   straight.checkpoint.dir = fresh(name + "_straight");
   const Outcome reference = run(straight, pipeline, model, data);
   EXPECT_EQ(reference.summary.steps, kSteps);
 
-  TrainConfig first = config();
+  TrainConfig first = base;
   first.checkpoint.dir = fresh(name + "_resumed");
   RunControl control;
   first.control = &control;
@@ -211,7 +212,7 @@ void expect_exact_resume(const PipelineConfig& pipeline, bool batch_norm, int64_
   ASSERT_TRUE(fs::exists(first.checkpoint.dir + "/" + graph::checkpoint_name(k)));
   EXPECT_NE(max_diff(interrupted.weights, reference.weights), 0.0);
 
-  TrainConfig second = config();
+  TrainConfig second = base;
   second.checkpoint.dir = first.checkpoint.dir;
   second.checkpoint.resume = "auto";
   const Outcome resumed = run(second, pipeline, model, data);
@@ -467,6 +468,127 @@ TEST(NanPolicy, AbortNamesTheStepAndTheFirstLayer) {
       EXPECT_NE(m.find("--nan-policy"), std::string::npos) << m;
     }
   }
+}
+
+// ---- loss scaling ------------------------------------------------------------------------
+
+TEST(LossScale, ParsesOffDynamicAndPowersOfTwo) {
+  EXPECT_EQ(parse_loss_scale("off").mode, LossScaleConfig::Mode::kOff);
+  EXPECT_EQ(parse_loss_scale("dynamic").mode, LossScaleConfig::Mode::kDynamic);
+  EXPECT_EQ(parse_loss_scale("1024").init, 1024.0);
+  EXPECT_EQ(parse_loss_scale("2^10").init, 1024.0);
+  EXPECT_EQ(parse_loss_scale("2^10").mode, LossScaleConfig::Mode::kStatic);
+  for (const char* bad : {"1000", "0.5", "0", "-2", "abc", "2^200", "2^", ""}) {
+    try {
+      parse_loss_scale(bad);
+      ADD_FAILURE() << "accepted --loss-scale '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--loss-scale"), std::string::npos) << e.what();
+    }
+  }
+  LossScaleConfig c = parse_loss_scale("dynamic");
+  c.window = 0;
+  EXPECT_THROW(check_loss_scale(c), Error);
+}
+
+TEST(LossScale, DynamicHalvesOnOverflowAndDoublesAfterTheWindow) {
+  LossScaleConfig c = parse_loss_scale("dynamic");
+  c.init = 8;
+  c.window = 2;
+  LossScaler s(c);
+  EXPECT_EQ(s.scale(), 8);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 4);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_TRUE(s.update(false));  // two good steps in a row
+  EXPECT_EQ(s.scale(), 8);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_TRUE(s.update(true));  // an overflow resets the count
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 4);
+  for (int i = 0; i < 2; ++i) s.update(true);
+  EXPECT_EQ(s.scale(), 1);
+  EXPECT_FALSE(s.absorbs_overflow());  // at 1 a non-finite gradient is a real one
+  LossScaler fixed(parse_loss_scale("2^5"));
+  EXPECT_FALSE(fixed.update(true));
+  EXPECT_EQ(fixed.scale(), 32);
+  EXPECT_FALSE(fixed.absorbs_overflow());
+  EXPECT_EQ(LossScaler(LossScaleConfig{}).scale(), 1);
+}
+
+// Scaling the loss gradient by a power of two and the gradients back is exact in fp32: the same
+// weights bit for bit, with batch norm, clipping, AdamW, pipelines and groups.
+TEST(LossScale, Fp32WeightsAreBitForBitThoseWithoutScaling) {
+  auto data = std::make_shared<Classes>();
+  for (const PipelineConfig& p : {layout(1, 1, 1), layout(2, 2, 2), layout(3, 1, 2)}) {
+    for (bool clip : {false, true}) {
+      SCOPED_TRACE("stages " + std::to_string(p.stages) + " groups " + std::to_string(p.groups) +
+                   (clip ? ", clipped" : ""));
+      TrainConfig plain = config();
+      if (clip) plain.optimizer.clip_grad_norm = 0.5;
+      const Outcome reference = run(plain, p, spec(true), data);
+      for (const char* mode : {"dynamic", "2^12"}) {
+        TrainConfig scaled = plain;
+        scaled.loss_scale = parse_loss_scale(mode);
+        scaled.loss_scale.window = 3;  // the dynamic scale grows from 2^16 to 2^20
+        const Outcome o = run(scaled, p, spec(true), data);
+        EXPECT_EQ(o.weights, reference.weights) << mode;
+        EXPECT_EQ(o.summary.overflow_steps, 0) << mode;
+        EXPECT_EQ(o.summary.loss_scale, std::string(mode) == "dynamic" ? 0x1p20 : 0x1p12);
+      }
+    }
+  }
+}
+
+// Features of magnitude 1000 and a first scale of 2^127: the scaled gradients overflow fp32.
+// Every overflow is skipped on every rank, counted with the skipped steps, and halves the scale.
+TEST(LossScale, OverflowsAreSkippedCountedAndHalveTheScale) {
+  auto data = std::make_shared<Classes>(std::set<int64_t>{}, 1000.0f);
+  TrainConfig c = config();
+  c.steps = 30;
+  c.loss_scale = parse_loss_scale("dynamic");
+  c.loss_scale.init = 0x1p127;
+  c.loss_scale.max_scale = 0x1p127;
+  c.loss_scale.window = 1000;  // never grows here
+  for (const PipelineConfig& p : {layout(1, 1, 1), layout(2, 2, 2)}) {
+    SCOPED_TRACE("stages " + std::to_string(p.stages));
+    const Outcome o = run(c, p, spec(false), data);
+    EXPECT_GE(o.summary.overflow_steps, 3);
+    EXPECT_LT(o.summary.overflow_steps, c.steps);
+    EXPECT_EQ(o.summary.skipped_steps, o.summary.overflow_steps);
+    EXPECT_EQ(o.summary.steps, c.steps);
+    EXPECT_EQ(o.summary.loss_scale,
+              std::ldexp(1.0, 127 - static_cast<int>(o.summary.overflow_steps)));
+    for (const auto& [name, v] : o.weights) {
+      for (float x : v) ASSERT_TRUE(std::isfinite(x)) << name;
+    }
+  }
+  // Growing back (window 2) overflows again and again; a checkpoint holds the scale and the
+  // count of good steps, so a resumed run skips exactly the steps the uninterrupted one does.
+  c.steps = kSteps;
+  c.loss_scale.init = 0x1p121;  // about where these gradients overflow
+  c.loss_scale.window = 2;
+  expect_exact_resume(layout(2, 2, 2), false, 5, "loss_scale", c, data);  // mid-window
+}
+
+TEST(LossScale, NonFiniteLossStillFollowsTheNanPolicy) {
+  const std::set<int64_t> poisoned = {17};
+  auto data = std::make_shared<Classes>(poisoned);
+  TrainConfig c = config();
+  c.loss_scale = parse_loss_scale("dynamic");
+  try {
+    run(c, layout(1, 1, 1), spec(false), data);
+    ADD_FAILURE() << "a NaN loss did not stop the run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--nan-policy"), std::string::npos) << e.what();
+  }
+  // Loss scaling needs every gradient unscaled by the scale it was computed with.
+  PipelineConfig async = layout(2, 1, 2);
+  async.schedule = ScheduleKind::kAsync1F1B;
+  EXPECT_THROW(run(c, async, spec(false), std::make_shared<Classes>(), false), Error);
+  PipelineConfig delayed = layout(1, 2, 2);
+  delayed.grad_sync.delay = 1;
+  EXPECT_THROW(run(c, delayed, spec(false), std::make_shared<Classes>(), false), Error);
 }
 
 // ---- out of memory ------------------------------------------------------------------------

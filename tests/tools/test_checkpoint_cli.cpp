@@ -268,3 +268,23 @@ TEST(CheckpointCli, BadCheckpointsAreRefusedNamingTheFile) {
 }
 
 }  // namespace
+
+TEST(CheckpointCli, LossScaleIsShownInTheLogAndMetrics) {
+  const std::string metrics = temp_dir("loss_scale") + "/metrics.jsonl";
+  Result r = run_cli("train" + kData +
+                     " --steps 4 --loss-scale dynamic --loss-scale-window 2 --log-every 2 "
+                     "--metrics " +
+                     metrics);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "dynamic, doubled after 2 good steps")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| loss scale 131072")) << r.output;  // 2^16, doubled once
+  EXPECT_TRUE(contains(r.output, "loss scale at the end: 262144")) << r.output;
+  EXPECT_TRUE(contains(read_file(metrics), "\"loss_scale\":262144")) << read_file(metrics);
+  r = run_cli("train" + kData + " --steps 2 --loss-scale 1000");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--loss-scale must be off, dynamic, or a power of two"))
+      << r.output;
+  r = run_cli("train --help");
+  EXPECT_TRUE(contains(r.output, "--loss-scale TEXT=off")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--loss-scale-window INT=2000")) << r.output;
+}

@@ -12,13 +12,21 @@
 // default model is an MLP whose gradients are large against its compute per sample (the case
 // where the all-reduce matters); --model takes any image model of the registry instead, on
 // synthetic images (throughput) or Fashion-MNIST (accuracy).
+//
+// On local threads the overlap mode also reports, from the grouped all-reduce's events, how much
+// of the gradient all-reduce ran while the group was still in its backward pass ("hidden": the
+// part of each all-reduce before the group's last Backward of the step ended, over all
+// all-reduce time) and how long a step still waited for all-reduces after that backward
+// ("exposed", per step): the overlap itself, apart from what it buys on these cores.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -123,7 +131,62 @@ class Clock final : public parallel::TrainObserver {
   std::vector<std::pair<int64_t, double>> evals;  // (step, accuracy)
 };
 
+// The grouped all-reduce's events of one run (local threads: every rank in this process).
+class SyncRecorder {
+ public:
+  void record(const parallel::GradSyncEvent& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Key key{e.update, e.group};
+    if (e.kind == parallel::GradSyncEvent::kBackwardEnd) {
+      // Backward ends carry the next update's number: the update whose gradient they produce.
+      auto& t = backward_end_[key];
+      t = std::max(t, e.time);
+    } else if (e.kind == parallel::GradSyncEvent::kStart) {
+      open_[{e.update, e.group, e.stage, e.bucket}] = e.time;
+    } else if (e.kind == parallel::GradSyncEvent::kEnd) {
+      const auto it = open_.find({e.update, e.group, e.stage, e.bucket});
+      if (it != open_.end()) spans_.push_back({key, it->second, e.time});
+    }
+  }
+  // (hidden fraction, exposed seconds per step) over updates >= `first_update`.
+  std::pair<double, double> overlap(int64_t first_update) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    double total = 0.0, hidden = 0.0;
+    std::map<Key, Clock::time_point> last_end;
+    for (const Span& sp : spans_) {
+      if (sp.key.first < first_update) continue;
+      const auto be = backward_end_.find(sp.key);
+      if (be == backward_end_.end()) continue;
+      total += seconds(sp.end - sp.start);
+      hidden += std::max(0.0, seconds(std::min(sp.end, be->second) - sp.start));
+      auto& le = last_end[sp.key];
+      le = std::max(le, sp.end);
+    }
+    double exposed = 0.0;
+    for (const auto& [key, end] : last_end) {
+      exposed += std::max(0.0, seconds(end - backward_end_.at(key)));
+    }
+    return {total > 0 ? hidden / total : 0.0,
+            last_end.empty() ? 0.0 : exposed / static_cast<double>(last_end.size())};
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  using Key = std::pair<int64_t, int>;  // (update, group)
+  struct Span {
+    Key key;
+    Clock::time_point start, end;
+  };
+  static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+  mutable std::mutex mutex_;
+  std::map<Key, Clock::time_point> backward_end_;
+  std::map<std::tuple<int64_t, int, int, int>, Clock::time_point> open_;
+  std::vector<Span> spans_;
+};
+
 struct Result {
+  double hidden = -1.0;     // local threads: fraction of all-reduce time inside the backward
+  double exposed_s = -1.0;  // local threads: seconds per step waited after the backward
   double samples_per_s = 0.0;
   double seconds_to_target = -1.0;  // accuracy mode; -1: not reached
   int64_t step_to_target = -1;
@@ -154,7 +217,7 @@ Result run(const Options& o, const Workload& w, const parallel::PipelineConfig& 
   const int ranks = p.groups * p.stages;
   const int cores =
       o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
-  auto body = [&](parallel::Communicator* world, int threads) {
+  auto body = [&](parallel::Communicator* world, int threads, const parallel::PipelineConfig& p) {
     ExecContext ctx(Device::cpu(), nullptr, threads);
     Clock clock;
     const bool root = world == nullptr || world->rank() == 0;
@@ -179,18 +242,30 @@ Result run(const Options& o, const Workload& w, const parallel::PipelineConfig& 
   if (mpi_world != nullptr) {
     STRATA_CHECK_EQ(mpi_world->size(), ranks)
         << "gropipe_bench: this layout needs " << ranks << " MPI ranks";
-    body(mpi_world, cores);
+    body(mpi_world, cores, p);
     Tensor t = Tensor::from_vector<double>(
         {result.samples_per_s, result.seconds_to_target, static_cast<double>(result.step_to_target),
          result.final_accuracy},
         {4});
     mpi_world->broadcast(t, 0)->wait(mpi_world->timeout(), "bench result");
     const std::vector<double> v = t.to_vector<double>();
-    return {v[0], v[1], static_cast<int64_t>(v[2]), v[3]};
+    Result out;
+    out.samples_per_s = v[0];
+    out.seconds_to_target = v[1];
+    out.step_to_target = static_cast<int64_t>(v[2]);
+    out.final_accuracy = v[3];
+    return out;
   }
+  SyncRecorder recorder;
+  parallel::PipelineConfig observed = p;
+  observed.grad_sync_observer = [&recorder](const parallel::GradSyncEvent& e) {
+    recorder.record(e);
+  };
   parallel::LocalWorld world(ranks);
-  parallel::run_local_ranks(
-      world, [&](parallel::LocalCommunicator& comm) { body(&comm, std::max(1, cores / ranks)); });
+  parallel::run_local_ranks(world, [&](parallel::LocalCommunicator& comm) {
+    body(&comm, std::max(1, cores / ranks), observed);
+  });
+  std::tie(result.hidden, result.exposed_s) = recorder.overlap(o.warmup);
   return result;
 }
 
@@ -214,17 +289,33 @@ parallel::TrainConfig train_config(const Options& o, int64_t steps) {
 
 void mode_overlap(const Options& o, const Workload& w, size_t layers, parallel::Communicator* mpi,
                   bool root) {
-  std::vector<double> on, off;
+  std::vector<double> on, off, hidden_on, hidden_off, exposed_on, exposed_off;
   for (int r = 0; r < o.repeats; ++r) {
     for (bool overlap : {true, false}) {
       const Result res =
           run(o, w, pipeline_of(o, o.groups, o.stages, o.micro_batches, overlap, layers),
               train_config(o, o.steps), mpi);
       (overlap ? on : off).push_back(res.samples_per_s);
-      if (root)
+      (overlap ? hidden_on : hidden_off).push_back(res.hidden);
+      (overlap ? exposed_on : exposed_off).push_back(res.exposed_s);
+      if (root && res.hidden >= 0) {
+        std::printf(
+            "  repeat %d overlap %-3s %9.1f samples/s; all-reduce hidden in backward %5.1f%%, "
+            "exposed %.2f ms/step\n",
+            r, overlap ? "on" : "off", res.samples_per_s, 100 * res.hidden, 1e3 * res.exposed_s);
+      } else if (root) {
         std::printf("  repeat %d overlap %-3s %9.1f samples/s\n", r, overlap ? "on" : "off",
                     res.samples_per_s);
+      }
+      std::fflush(stdout);
     }
+  }
+  if (root && mpi == nullptr) {
+    std::printf(
+        "all-reduce time hidden in the backward (median): on %.1f%%, off %.1f%%; exposed after "
+        "it: on %.2f, off %.2f ms/step\n",
+        100 * median(hidden_on), 100 * median(hidden_off), 1e3 * median(exposed_on),
+        1e3 * median(exposed_off));
   }
   if (root) {
     std::printf(
