@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
       continue;
     }
     const T* x = logits + row * c;
-    const float xt = to_float(x[t]);
+    const float xt = to_f32(x[t]);
     long long rank = 0;
     for_each_in_row(x, c, lane, 32, [&](auto cnt, int64_t j0, const float* vals) {
 #pragma unroll
@@ -87,7 +87,7 @@ int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targe
   const int64_t cap = static_cast<int64_t>(x.sm_count() > 0 ? x.sm_count() : 80) * 8;
   const unsigned blocks = static_cast<unsigned>(needed < cap ? needed : cap);
   dispatch_float(logits.dtype(), kOp, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+    using T = decltype(tag);
     topk_correct_kernel<T><<<blocks, dim3(32, kRowsPerBlock), 0, stream>>>(
         static_cast<const T*>(logits.raw_data()), targets.raw_data(), t64, n, c, k, ignore_index,
         pstate);

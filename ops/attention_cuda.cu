@@ -32,6 +32,7 @@
 
 #include "engine/cuda_exec.h"
 #include "ops/attention.h"
+#include "ops/cuda_common.cuh"
 
 namespace strata::ops::cuda {
 namespace {
@@ -49,35 +50,13 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 enum MaskKind : int { kMaskNone = 0, kMaskU8 = 1, kMaskI32 = 2, kMaskI64 = 3 };
 
-template <typename T>
-__device__ __forceinline__ float to_f32(T x);
-template <>
-__device__ __forceinline__ float to_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half x) {
-  return __half2float(x);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float x) {
-  return __float2half(x);
-}
+using ::strata::ops::cuda_detail::check_cuda;
+using ::strata::ops::cuda_detail::check_float;
+using ::strata::ops::cuda_detail::check_same_dtype;
+using ::strata::ops::cuda_detail::check_shape;
+using ::strata::ops::cuda_detail::dispatch_float;
+using ::strata::ops::cuda_detail::from_f32;
+using ::strata::ops::cuda_detail::to_f32;
 
 __device__ __forceinline__ bool key_kept(const void* mask, int kind, int64_t i) {
   switch (kind) {
@@ -506,36 +485,11 @@ struct Dims {
   double scale = 0.0;
 };
 
-void check_on_device(const ExecContext& ctx, const Tensor& t, const char* op, const char* name) {
-  STRATA_CHECK(t.defined()) << op << ": " << name << " is undefined";
-  STRATA_CHECK(t.device() == ctx.device())
-      << op << ": " << name << " is on " << t.device().str() << ", the CUDA kernel needs it on "
-      << ctx.device().str();
-  STRATA_CHECK(t.is_contiguous()) << op << ": " << name << " " << t.str() << " must be contiguous";
-}
-
-void check_float(const ExecContext& ctx, const Tensor& t, const char* op, const char* name) {
-  check_on_device(ctx, t, op, name);
-  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16)
-      << op << ": " << name << " must be f32, bf16 or f16 on CUDA, got " << dtype_name(t.dtype());
-}
-
-void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a,
-                      const char* name_b) {
-  STRATA_CHECK(a.dtype() == b.dtype()) << op << ": " << name_a << " is " << dtype_name(a.dtype())
-                                       << " but " << name_b << " is " << dtype_name(b.dtype());
-}
-
-void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
-  STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
-                                      << ", expected " << shape_str(expected);
-}
-
 Dims check_qkv(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                const AttentionOptions& options, const char* op) {
-  check_float(ctx, q, op, "q");
-  check_float(ctx, k, op, "k");
-  check_float(ctx, v, op, "v");
+  check_float(q, ctx, op, "q");
+  check_float(k, ctx, op, "k");
+  check_float(v, ctx, op, "v");
   check_same_dtype(k, q, op, "k", "q");
   check_same_dtype(v, q, op, "v", "q");
   STRATA_CHECK(q.dim() == 4) << op << ": q must be (B, H, T, D), got " << q.shape_str();
@@ -566,7 +520,7 @@ Dims check_qkv(const ExecContext& ctx, const Tensor& q, const Tensor& k, const T
 
 int mask_kind(const ExecContext& ctx, const Tensor& mask, const Dims& dims, const char* op) {
   if (!mask.defined()) return kMaskNone;
-  check_on_device(ctx, mask, op, "key_padding_mask");
+  check_cuda(mask, ctx, op, "key_padding_mask");
   STRATA_CHECK(mask.dtype() == DType::kU8 || mask.dtype() == DType::kI32 ||
                mask.dtype() == DType::kI64)
       << op << ": key_padding_mask must be u8, i32 or i64, got " << dtype_name(mask.dtype());
@@ -578,24 +532,6 @@ int mask_kind(const ExecContext& ctx, const Tensor& mask, const Dims& dims, cons
       return kMaskI32;
     default:
       return kMaskI64;
-  }
-}
-
-// Calls f(T{}) with the CUDA element type of a checked f32/bf16/f16 dtype.
-template <typename F>
-void dispatch_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      break;
-    case DType::kBF16:
-      f(__nv_bfloat16{});
-      break;
-    case DType::kF16:
-      f(__half{});
-      break;
-    default:
-      STRATA_CHECK(false) << "attention: unexpected dtype " << dtype_name(dtype);
   }
 }
 
@@ -655,7 +591,7 @@ AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tenso
   p.scale_log2 = static_cast<float>(dims.scale * 1.4426950408889634);
   p.num_tiles = static_cast<int>((dims.t + kBlockM - 1) / kBlockM);
   const unsigned blocks = blocks_for_tiles(bh, p.num_tiles, kForward);
-  dispatch_type(q.dtype(), [&](auto tag) {
+  dispatch_float(q.dtype(), kForward, [&](auto tag) {
     using T = decltype(tag);
     dispatch_head_dim(dims.d, [&](auto hd) {
       constexpr int kD = decltype(hd)::value;
@@ -673,15 +609,15 @@ AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Te
                                   const Tensor& key_padding_mask, const AttentionOptions& options) {
   ::strata::cuda::CudaExec& x = ::strata::cuda::exec(ctx, kBackward);
   const Dims dims = check_qkv(ctx, q, k, v, options, kBackward);
-  check_float(ctx, dout, kBackward, "dout");
+  check_float(dout, ctx, kBackward, "dout");
   check_same_dtype(dout, q, kBackward, "dout", "q");
   check_shape(dout, q.shape(), kBackward, "dout");
   STRATA_CHECK(saved.out.defined() && saved.lse.defined())
       << kBackward << ": the CUDA kernel needs forward's out and lse in saved";
-  check_float(ctx, saved.out, kBackward, "out");
+  check_float(saved.out, ctx, kBackward, "out");
   check_same_dtype(saved.out, q, kBackward, "out", "q");
   check_shape(saved.out, q.shape(), kBackward, "out");
-  check_on_device(ctx, saved.lse, kBackward, "lse");
+  check_cuda(saved.lse, ctx, kBackward, "lse");
   STRATA_CHECK(saved.lse.dtype() == DType::kF32)
       << kBackward << ": lse must be f32, got " << dtype_name(saved.lse.dtype());
   check_shape(saved.lse, {dims.b, dims.h, dims.t}, kBackward, "lse");
@@ -723,7 +659,7 @@ AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Te
   p.num_key_tiles = static_cast<int>((dims.s + kBlockN - 1) / kBlockN);
   const unsigned blocks = blocks_for_tiles(bh, p.num_key_tiles, kBackward);
 
-  dispatch_type(q.dtype(), [&](auto tag) {
+  dispatch_float(q.dtype(), kBackward, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kDeltaThreads = 256;
     const unsigned delta_blocks = ::strata::cuda::blocks_for(rows * 32, kDeltaThreads, x);

@@ -30,6 +30,7 @@
 
 #include "engine/cuda_exec.h"
 #include "ops/batch_norm.h"
+#include "ops/cuda_common.cuh"
 
 namespace strata::ops::cuda {
 namespace {
@@ -43,26 +44,15 @@ constexpr int64_t kColumnModeMaxS = 64;
 constexpr int kColumns = 32;
 constexpr int kColumnRows = 8;
 
-// ---- element conversions and vector access --------------------------------------------------
+using ::strata::ops::cuda_detail::aligned_to;
+using ::strata::ops::cuda_detail::check_float;
+using ::strata::ops::cuda_detail::check_same_dtype;
+using ::strata::ops::cuda_detail::check_shape;
+using ::strata::ops::cuda_detail::dispatch_float;
+using ::strata::ops::cuda_detail::from_f32;
+using ::strata::ops::cuda_detail::to_f32;
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half(v);
-}
+// ---- vector access --------------------------------------------------------------------------
 
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Pack {
@@ -74,14 +64,14 @@ template <typename T, int V>
 __device__ __forceinline__ void load(const T* p, float (&out)[V]) {
   const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(p);
 #pragma unroll
-  for (int i = 0; i < V; ++i) out[i] = to_float(pack.v[i]);
+  for (int i = 0; i < V; ++i) out[i] = to_f32(pack.v[i]);
 }
 
 template <typename T, int V>
 __device__ __forceinline__ void store(T* p, const float (&in)[V]) {
   Pack<T, V> pack;
 #pragma unroll
-  for (int i = 0; i < V; ++i) pack.v[i] = from_float<T>(in[i]);
+  for (int i = 0; i < V; ++i) pack.v[i] = from_f32<T>(in[i]);
   *reinterpret_cast<Pack<T, V>*>(p) = pack;
 }
 
@@ -141,7 +131,7 @@ struct GradPolicy {
   struct Acc {
     float center, dy, dy_xc;
   };
-  __device__ Acc init(int64_t channel) const { return Acc{to_float(mean[channel]), 0.0f, 0.0f}; }
+  __device__ Acc init(int64_t channel) const { return Acc{to_f32(mean[channel]), 0.0f, 0.0f}; }
   template <int V>
   __device__ __forceinline__ void add(Acc& acc, int64_t offset) const {
     float v[V], d[V];
@@ -258,18 +248,18 @@ __global__ void train_finalize_kernel(const Stat3* __restrict__ partial, int64_t
   const double mean = s.b;
   const double m2 = s.c > 0.0 ? s.c : 0.0;
   const double invstd = 1.0 / sqrt(m2 / static_cast<double>(n) + eps);
-  save_mean[c] = from_float<T>(static_cast<float>(mean));
-  save_invstd[c] = from_float<T>(static_cast<float>(invstd));
+  save_mean[c] = from_f32<T>(static_cast<float>(mean));
+  save_invstd[c] = from_f32<T>(static_cast<float>(invstd));
   if (running_mean != nullptr) {
-    running_mean[c] = from_float<T>(static_cast<float>(
-        (1.0 - momentum) * static_cast<double>(to_float(running_mean[c])) + momentum * mean));
-    running_var[c] = from_float<T>(
-        static_cast<float>((1.0 - momentum) * static_cast<double>(to_float(running_var[c])) +
+    running_mean[c] = from_f32<T>(static_cast<float>(
+        (1.0 - momentum) * static_cast<double>(to_f32(running_mean[c])) + momentum * mean));
+    running_var[c] = from_f32<T>(
+        static_cast<float>((1.0 - momentum) * static_cast<double>(to_f32(running_var[c])) +
                            momentum * m2 / static_cast<double>(n - 1)));
   }
-  const double scale = invstd * (gamma != nullptr ? static_cast<double>(to_float(gamma[c])) : 1.0);
+  const double scale = invstd * (gamma != nullptr ? static_cast<double>(to_f32(gamma[c])) : 1.0);
   const double shift =
-      (beta != nullptr ? static_cast<double>(to_float(beta[c])) : 0.0) - mean * scale;
+      (beta != nullptr ? static_cast<double>(to_f32(beta[c])) : 0.0) - mean * scale;
   coef[c] = make_float2(static_cast<float>(scale), static_cast<float>(shift));
 }
 
@@ -281,10 +271,10 @@ __global__ void eval_coef_kernel(const T* __restrict__ gamma, const T* __restric
                                  float2* __restrict__ coef) {
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < channels;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const double g = gamma != nullptr ? static_cast<double>(to_float(gamma[c])) : 1.0;
-    const double b = beta != nullptr ? static_cast<double>(to_float(beta[c])) : 0.0;
-    const double scale = g / sqrt(static_cast<double>(to_float(running_var[c])) + eps);
-    const double shift = b - static_cast<double>(to_float(running_mean[c])) * scale;
+    const double g = gamma != nullptr ? static_cast<double>(to_f32(gamma[c])) : 1.0;
+    const double b = beta != nullptr ? static_cast<double>(to_f32(beta[c])) : 0.0;
+    const double scale = g / sqrt(static_cast<double>(to_f32(running_var[c])) + eps);
+    const double shift = b - static_cast<double>(to_f32(running_mean[c])) * scale;
     coef[c] = make_float2(static_cast<float>(scale), static_cast<float>(shift));
   }
 }
@@ -300,19 +290,19 @@ __global__ void backward_finalize_kernel(const Stat3* __restrict__ partial, int6
   const int64_t c = blockIdx.x;
   const Stat3 s = merge_parts<GradPolicy<T>>(partial, c, parts);
   if (threadIdx.x != 0) return;
-  const double invstd = static_cast<double>(to_float(save_invstd[c]));
+  const double invstd = static_cast<double>(to_f32(save_invstd[c]));
   const double sum_dy = s.a;
   const double sum_dy_xhat = s.b * invstd;
-  if (dbeta != nullptr) dbeta[c] = from_float<T>(to_float(dbeta[c]) + static_cast<float>(sum_dy));
+  if (dbeta != nullptr) dbeta[c] = from_f32<T>(to_f32(dbeta[c]) + static_cast<float>(sum_dy));
   if (dgamma != nullptr) {
-    dgamma[c] = from_float<T>(to_float(dgamma[c]) + static_cast<float>(sum_dy_xhat));
+    dgamma[c] = from_f32<T>(to_f32(dgamma[c]) + static_cast<float>(sum_dy_xhat));
   }
-  const double scale = invstd * (gamma != nullptr ? static_cast<double>(to_float(gamma[c])) : 1.0);
+  const double scale = invstd * (gamma != nullptr ? static_cast<double>(to_f32(gamma[c])) : 1.0);
   const double mean_dy = sum_dy / static_cast<double>(n);
   const double mean_dy_xhat = sum_dy_xhat / static_cast<double>(n);
   coef[c] =
       make_float4(static_cast<float>(scale), static_cast<float>(-scale * mean_dy_xhat * invstd),
-                  static_cast<float>(-scale * mean_dy), to_float(save_mean[c]));
+                  static_cast<float>(-scale * mean_dy), to_f32(save_mean[c]));
 }
 
 // y = x scale[c] + shift[c] over vectors of V values (S a multiple of V).
@@ -350,49 +340,6 @@ __global__ void backward_dx_kernel(const T* __restrict__ x, const T* __restrict_
 
 // ---- host side ------------------------------------------------------------------------------
 
-void check_device_tensor(const ExecContext& ctx, const Tensor& t, const char* op,
-                         const char* name) {
-  STRATA_CHECK(t.defined()) << op << ": " << name << " is undefined";
-  STRATA_CHECK(t.device() == ctx.device()) << op << ": " << name << " is on " << t.device().str()
-                                           << ", the context is on " << ctx.device().str();
-  STRATA_CHECK(t.is_contiguous()) << op << ": " << name << " " << t.str() << " must be contiguous";
-}
-
-void check_float(const ExecContext& ctx, const Tensor& t, const char* op, const char* name) {
-  check_device_tensor(ctx, t, op, name);
-  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16)
-      << op << ": " << name << " must be f32, bf16 or f16 on CUDA, got " << dtype_name(t.dtype());
-}
-
-void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a,
-                      const char* name_b) {
-  STRATA_CHECK(a.dtype() == b.dtype()) << op << ": " << name_a << " is " << dtype_name(a.dtype())
-                                       << " but " << name_b << " is " << dtype_name(b.dtype());
-}
-
-void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
-  STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
-                                      << ", expected " << shape_str(expected);
-}
-
-template <typename F>
-void dispatch_float(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kBF16:
-      f(__nv_bfloat16{});
-      return;
-    case DType::kF16:
-      f(__half{});
-      return;
-    default:
-      STRATA_THROW() << op << ": unsupported dtype " << dtype_name(dtype)
-                     << " (the CUDA kernels take f32, bf16 or f16)";
-  }
-}
-
 struct BnGeometry {
   int64_t batch = 0, channels = 0, spatial = 1;
   int64_t per_channel() const { return batch * spatial; }
@@ -400,7 +347,7 @@ struct BnGeometry {
 };
 
 BnGeometry bn_geometry(const ExecContext& ctx, const char* op, const Tensor& x) {
-  check_float(ctx, x, op, "x");
+  check_float(x, ctx, op, "x");
   STRATA_CHECK(x.dim() >= 2 && x.size(1) > 0)
       << op << ": x must be (B, C) or (B, C, spatial...) with C > 0, got " << x.shape_str();
   BnGeometry g;
@@ -412,7 +359,7 @@ BnGeometry bn_geometry(const ExecContext& ctx, const char* op, const Tensor& x) 
 
 void check_channel_tensor(const ExecContext& ctx, const char* op, const Tensor& t, const char* name,
                           const Tensor& x) {
-  check_float(ctx, t, op, name);
+  check_float(t, ctx, op, name);
   check_same_dtype(x, t, op, "x", name);
   check_shape(t, {x.size(1)}, op, name);
 }
@@ -432,7 +379,7 @@ T* mut_ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) { return aligned_to(p, 16); }
 
 // 16-byte vectors: 4 f32 or 8 bf16/f16 values.
 template <typename T>
@@ -626,7 +573,7 @@ Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
   constexpr const char* kOp = "batch_norm_backward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
   const BnGeometry g = bn_geometry(ctx, kOp, x);
-  check_float(ctx, dy, kOp, "dy");
+  check_float(dy, ctx, kOp, "dy");
   check_same_dtype(x, dy, kOp, "x", "dy");
   check_shape(dy, x.shape(), kOp, "dy");
   if (gamma.defined()) check_channel_tensor(ctx, kOp, gamma, "gamma", x);

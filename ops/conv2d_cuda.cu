@@ -29,6 +29,7 @@
 
 #include "engine/cuda_exec.h"
 #include "ops/conv2d.h"
+#include "ops/cuda_common.cuh"
 
 #ifdef STRATA_WITH_CUDNN
 // The legacy convolution API is deprecated in cuDNN 9; these calls are what this file is for.
@@ -50,26 +51,12 @@ constexpr int kThreads = 256;
 // Largest cuDNN workspace an algorithm may ask for.
 constexpr size_t kWorkspaceLimit = size_t{512} << 20;
 
-// ---- element conversions --------------------------------------------------------------------
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half(v);
-}
+using ::strata::ops::cuda_detail::check_float;
+using ::strata::ops::cuda_detail::check_same_dtype;
+using ::strata::ops::cuda_detail::check_shape;
+using ::strata::ops::cuda_detail::dispatch_float;
+using ::strata::ops::cuda_detail::from_f32;
+using ::strata::ops::cuda_detail::to_f32;
 
 // ---- bias kernels -----------------------------------------------------------------------------
 
@@ -80,7 +67,7 @@ __global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, I
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<I>(gridDim.x) * blockDim.x) {
     const I o = (i / plane) % channels;
-    y[i] = from_float<T>(to_float(y[i]) + to_float(bias[o]));
+    y[i] = from_f32<T>(to_f32(y[i]) + to_f32(bias[o]));
   }
 }
 
@@ -97,7 +84,7 @@ __global__ void bias_grad_partial_kernel(const T* __restrict__ dy, I per_channel
   for (I t = t0 + static_cast<I>(threadIdx.x); t < t1; t += static_cast<I>(blockDim.x)) {
     const I b = t / plane;
     const I s = t - b * plane;
-    sum += to_float(dy[(static_cast<int64_t>(b) * channels + o) * plane + s]);
+    sum += to_f32(dy[(static_cast<int64_t>(b) * channels + o) * plane + s]);
   }
   double total = sum;
 #pragma unroll
@@ -130,52 +117,7 @@ __global__ void bias_grad_finalize_kernel(const double* __restrict__ partial, in
   for (int offset = 16; offset > 0; offset >>= 1) {
     sum += __shfl_down_sync(0xffffffffu, sum, offset);
   }
-  if (lane == 0) dbias[o] = from_float<T>(to_float(dbias[o]) + static_cast<float>(sum));
-}
-
-// ---- checks -----------------------------------------------------------------------------------
-
-void check_device_tensor(const ExecContext& ctx, const Tensor& t, const char* op,
-                         const char* name) {
-  STRATA_CHECK(t.defined()) << op << ": " << name << " is undefined";
-  STRATA_CHECK(t.device() == ctx.device()) << op << ": " << name << " is on " << t.device().str()
-                                           << ", the context is on " << ctx.device().str();
-  STRATA_CHECK(t.is_contiguous()) << op << ": " << name << " " << t.str() << " must be contiguous";
-}
-
-void check_float(const ExecContext& ctx, const Tensor& t, const char* op, const char* name) {
-  check_device_tensor(ctx, t, op, name);
-  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16)
-      << op << ": " << name << " must be f32, bf16 or f16 on CUDA, got " << dtype_name(t.dtype());
-}
-
-void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a,
-                      const char* name_b) {
-  STRATA_CHECK(a.dtype() == b.dtype()) << op << ": " << name_a << " is " << dtype_name(a.dtype())
-                                       << " but " << name_b << " is " << dtype_name(b.dtype());
-}
-
-void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
-  STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
-                                      << ", expected " << shape_str(expected);
-}
-
-template <typename F>
-void dispatch_float(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kBF16:
-      f(__nv_bfloat16{});
-      return;
-    case DType::kF16:
-      f(__half{});
-      return;
-    default:
-      STRATA_THROW() << op << ": unsupported dtype " << dtype_name(dtype)
-                     << " (the CUDA kernels take f32, bf16 or f16)";
-  }
+  if (lane == 0) dbias[o] = from_f32<T>(to_f32(dbias[o]) + static_cast<float>(sum));
 }
 
 struct ConvGeometry {
@@ -190,8 +132,8 @@ struct ConvGeometry {
 // The CPU op's checks (ops/conv2d_cpu.cpp), with CUDA placement and dtypes.
 ConvGeometry conv_geometry(const ExecContext& ctx, const char* op, const Tensor& x,
                            const Tensor& weight, const Conv2dParams& p) {
-  check_float(ctx, x, op, "x");
-  check_float(ctx, weight, op, "weight");
+  check_float(x, ctx, op, "x");
+  check_float(weight, ctx, op, "weight");
   check_same_dtype(x, weight, op, "x", "weight");
   STRATA_CHECK(x.dim() == 4) << op << ": x must be (B, C, H, W), got " << x.shape_str();
   STRATA_CHECK(weight.dim() == 4) << op << ": weight must be (OC, C / groups, KH, KW), got "
@@ -504,7 +446,7 @@ Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, c
   sc::CudaExec& ex = begin_op(ctx, kOp);
   const ConvGeometry g = conv_geometry(ctx, kOp, x, weight, params);
   if (bias.defined()) {
-    check_float(ctx, bias, kOp, "bias");
+    check_float(bias, ctx, kOp, "bias");
     check_same_dtype(x, bias, kOp, "x", "bias");
     check_shape(bias, {g.out_c}, kOp, "bias");
   }
@@ -552,16 +494,16 @@ Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, cons
   constexpr const char* kOp = "conv2d_backward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
   const ConvGeometry g = conv_geometry(ctx, kOp, x, weight, params);
-  check_float(ctx, dy, kOp, "dy");
+  check_float(dy, ctx, kOp, "dy");
   check_same_dtype(x, dy, kOp, "x", "dy");
   check_shape(dy, {g.batch, g.out_c, g.out_h, g.out_w}, kOp, "dy");
   if (dweight.defined()) {
-    check_float(ctx, dweight, kOp, "dweight");
+    check_float(dweight, ctx, kOp, "dweight");
     check_same_dtype(x, dweight, kOp, "x", "dweight");
     check_shape(dweight, weight.shape(), kOp, "dweight");
   }
   if (dbias.defined()) {
-    check_float(ctx, dbias, kOp, "dbias");
+    check_float(dbias, ctx, kOp, "dbias");
     check_same_dtype(x, dbias, kOp, "x", "dbias");
     check_shape(dbias, {g.out_c}, kOp, "dbias");
   }

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(TPR == 32 ? 256 : TPR)
     });
     row_reduce<TPR>(m, s, sx);
     if (tid == 0) {
-      const double xt = to_float(x[t]);
+      const double xt = to_f32(x[t]);
       double loss = static_cast<double>(m) + log(static_cast<double>(s)) - (1.0 - eps) * xt;
       if (kSmooth) loss -= eps / static_cast<double>(v) * static_cast<double>(sx);
       row_loss[row] = loss;
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   count = block_sum(count, sh_count);
   if (threadIdx.x == 0) {
     const double norm = normalizer > 0.0 ? normalizer : static_cast<double>(count);
-    loss[0] = from_float<T>(static_cast<float>(norm > 0.0 ? sum / norm : 0.0));
+    loss[0] = from_f32<T>(static_cast<float>(norm > 0.0 ? sum / norm : 0.0));
   }
 }
 
@@ -325,7 +325,7 @@ Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tenso
   double* prow = static_cast<double*>(row_loss.raw_data());
   const bool t64 = targets.dtype() == DType::kI64;
   dispatch_float(logits.dtype(), kOp, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+    using T = decltype(tag);
     const T* x = static_cast<const T*>(logits.raw_data());
     if (d.n > 0) {
       dispatch_threads_per_row(d.v, [&](auto tpr) {
@@ -358,7 +358,7 @@ Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tens
     STRATA_CUDA_LAUNCH_CHECK("ce_count_kernel");
   }
   dispatch_float(logits.dtype(), kOp, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+    using T = decltype(tag);
     const T* x = static_cast<const T*>(logits.raw_data());
     T* dx = static_cast<T*>(dlogits.raw_data());
     dispatch_threads_per_row(d.v, [&](auto tpr) {

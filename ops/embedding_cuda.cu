@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(256)
     for (int64_t col = threadIdx.x; col < c; col += blockDim.x) {
       float acc = 0.0f;
 #pragma unroll 4
-      for (int64_t s = k; s < end; ++s) acc += to_float(dy[static_cast<int64_t>(pos[s]) * c + col]);
-      dst[col] = from_float<T>(to_float(dst[col]) + acc);
+      for (int64_t s = k; s < end; ++s) acc += to_f32(dy[static_cast<int64_t>(pos[s]) * c + col]);
+      dst[col] = from_f32<T>(to_f32(dst[col]) + acc);
     }
   }
 }
@@ -194,7 +194,7 @@ void embedding_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ids,
   const int64_t cap = static_cast<int64_t>(x.sm_count() > 0 ? x.sm_count() : 80) * 16;
   const unsigned blocks = static_cast<unsigned>(n < cap ? n : cap);
   dispatch_float(dy.dtype(), kBackward, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+    using T = decltype(tag);
     embedding_backward_kernel<T><<<blocks, threads, 0, stream>>>(
         keys.Current(), pos.Current(), n, static_cast<const T*>(dy.raw_data()),
         static_cast<T*>(dweight.raw_data()), c);

@@ -33,6 +33,7 @@
 
 #include "engine/check.h"
 #include "engine/cuda_exec.h"
+#include "ops/cuda_common.cuh"
 #include "ops/matmul.h"
 
 namespace strata::ops::cuda {
@@ -43,33 +44,12 @@ using strata::cuda::MathMode;
 
 constexpr const char* kMatmul = "matmul";
 
-// ---- argument checks ---------------------------------------------------------------------------
-
-// Defined, on the context's device and contiguous.
-void check_on_device(const Tensor& t, const ExecContext& ctx, const char* op, const char* name) {
-  STRATA_CHECK(t.defined()) << op << ": " << name << " is undefined";
-  STRATA_CHECK(t.device() == ctx.device()) << op << ": " << name << " is on " << t.device().str()
-                                           << ", the context is on " << ctx.device().str();
-  STRATA_CHECK(t.is_contiguous()) << op << ": " << name << " " << t.str() << " must be contiguous";
-}
-
-// check_on_device plus dtype f32, bf16 or f16.
-void check_float(const Tensor& t, const ExecContext& ctx, const char* op, const char* name) {
-  check_on_device(t, ctx, op, name);
-  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16)
-      << op << ": " << name << " must be f32, bf16 or f16 on CUDA, got " << dtype_name(t.dtype());
-}
-
-void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a,
-                      const char* name_b) {
-  STRATA_CHECK(a.dtype() == b.dtype()) << op << ": " << name_a << " is " << dtype_name(a.dtype())
-                                       << " but " << name_b << " is " << dtype_name(b.dtype());
-}
-
-void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
-  STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
-                                      << ", expected " << shape_str(expected);
-}
+using ::strata::ops::cuda_detail::check_float;
+using ::strata::ops::cuda_detail::check_same_dtype;
+using ::strata::ops::cuda_detail::check_shape;
+using ::strata::ops::cuda_detail::dispatch_float;
+using ::strata::ops::cuda_detail::from_f32;
+using ::strata::ops::cuda_detail::to_f32;
 
 struct MatmulDims {
   int64_t batch = 1;
@@ -135,49 +115,6 @@ int64_t check_linear(const ExecContext& ctx, const Tensor& x, const Tensor& weig
 
 // ---- element types -----------------------------------------------------------------------------
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls f(Tag<T>{}) with T = float, __nv_bfloat16 or __half according to dtype.
-template <typename F>
-void dispatch_dtype(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(Tag<float>{});
-      return;
-    case DType::kBF16:
-      f(Tag<__nv_bfloat16>{});
-      return;
-    case DType::kF16:
-      f(Tag<__half>{});
-      return;
-    default:
-      STRATA_THROW() << op << ": unsupported dtype " << dtype_name(dtype)
-                     << " (the CUDA kernels take f32, bf16 or f16)";
-  }
-}
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -215,9 +152,9 @@ __global__ void gelu_kernel(const T* __restrict__ x, int64_t n, T* __restrict__ 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    const float v = to_float(x[i]);
+    const float v = to_f32(x[i]);
     const float u = kK * (v + kA * v * v * v);
-    y[i] = from_float<T>(0.5f * v * (1.0f + tanhf(u)));
+    y[i] = from_f32<T>(0.5f * v * (1.0f + tanhf(u)));
   }
 }
 
@@ -240,7 +177,7 @@ __global__ void column_sums_kernel(const T* __restrict__ x, int64_t rows, int64_
   const int64_t r1 = r0 + rows_per_split < rows ? r0 + rows_per_split : rows;
   double acc = 0.0;
   if (c < cols) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowThreads) acc += to_float(x[r * cols + c]);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowThreads) acc += to_f32(x[r * cols + c]);
   }
   tile[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -249,7 +186,7 @@ __global__ void column_sums_kernel(const T* __restrict__ x, int64_t rows, int64_
 #pragma unroll
     for (int i = 0; i < kRowThreads; ++i) s += tile[i][threadIdx.x];
     if (gridDim.y == 1) {
-      out[c] = from_float<T>(static_cast<float>(to_float(out[c]) + s));
+      out[c] = from_f32<T>(static_cast<float>(to_f32(out[c]) + s));
     } else {
       partial[static_cast<int64_t>(blockIdx.y) * cols + c] = s;
     }
@@ -265,7 +202,7 @@ __global__ void column_sums_finish_kernel(const double* __restrict__ partial, in
        c += stride) {
     double s = 0.0;
     for (int i = 0; i < splits; ++i) s += partial[static_cast<int64_t>(i) * cols + c];
-    out[c] = from_float<T>(static_cast<float>(to_float(out[c]) + s));
+    out[c] = from_f32<T>(static_cast<float>(to_f32(out[c]) + s));
   }
 }
 
@@ -286,8 +223,8 @@ void accumulate_column_sums(ExecContext& ctx, CudaExec& ex, const Tensor& x, int
   Tensor partial;
   if (splits > 1) partial = Tensor::empty({splits, cols}, DType::kF64, &ctx.allocator());
   double* pp = splits > 1 ? static_cast<double*>(partial.raw_data()) : nullptr;
-  dispatch_dtype(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
@@ -308,8 +245,8 @@ void accumulate_column_sums(ExecContext& ctx, CudaExec& ex, const Tensor& x, int
 void broadcast_rows(CudaExec& ex, const Tensor& bias, int64_t rows, int64_t cols, const Tensor& y,
                     const char* op) {
   if (rows == 0 || cols == 0) return;
-  dispatch_dtype(y.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  dispatch_float(y.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
     broadcast_rows_kernel<T>
         <<<strata::cuda::blocks_for(rows * cols, kThreads, ex), kThreads, 0, ex.stream()>>>(
             static_cast<const T*>(bias.raw_data()), rows, cols, static_cast<T*>(y.raw_data()));
@@ -320,8 +257,8 @@ void broadcast_rows(CudaExec& ex, const Tensor& bias, int64_t rows, int64_t cols
 void gelu(CudaExec& ex, const Tensor& x, const Tensor& y, const char* op) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  dispatch_dtype(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
     gelu_kernel<T><<<strata::cuda::blocks_for(n, kThreads, ex), kThreads, 0, ex.stream()>>>(
         static_cast<const T*>(x.raw_data()), n, static_cast<T*>(y.raw_data()));
     STRATA_CUDA_LAUNCH_CHECK("gelu_kernel");

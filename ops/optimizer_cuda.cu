@@ -31,12 +31,12 @@ void check_hyper(bool ok, const char* op, const char* field, double value, const
 // A gradient or state tensor that must match param (f32) in shape and dtype.
 void check_like_param(const Tensor& t, const Tensor& param, const ExecContext& ctx, const char* op,
                       const char* name) {
-  check_on_device(t, ctx, op, name);
+  check_cuda(t, ctx, op, name);
   check_same_dtype(t, param, op, name, "param");
   check_shape(t, param.shape(), op, name);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) { return aligned_to(p, 16); }
 
 __device__ __forceinline__ int64_t thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -263,7 +263,7 @@ double sum_of_squares(ExecContext& ctx, const Tensor& t) {
   double* pp = static_cast<double*>(partial.raw_data());
   double* result = pp + blocks;
   dispatch_float(t.dtype(), kOp, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+    using T = decltype(tag);
     sum_of_squares_partial_kernel<T>
         <<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(t.raw_data()), n, pp);
     STRATA_CUDA_LAUNCH_CHECK("sum_of_squares_partial_kernel");
@@ -287,7 +287,7 @@ void scale_inplace(ExecContext& ctx, const Tensor& t, double coef) {
   const unsigned blocks =
       ::strata::cuda::blocks_for((n + per_thread - 1) / per_thread, kThreads, x);
   dispatch_float(t.dtype(), kOp, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+    using T = decltype(tag);
     scale_inplace_kernel<T>
         <<<blocks, kThreads, 0, x.stream()>>>(static_cast<T*>(t.raw_data()), n, s);
     STRATA_CUDA_LAUNCH_CHECK("scale_inplace_kernel");

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "engine/cuda_exec.h"
+#include "ops/cuda_common.cuh"
 #include "ops/pooling.h"
 
 namespace strata::ops::cuda {
@@ -32,66 +33,12 @@ namespace sc = ::strata::cuda;
 
 constexpr int kThreads = 256;
 
-// ---- element conversions ------------------------------------------------------------------------
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half(v);
-}
-
-// ---- host-side checks ---------------------------------------------------------------------------
-
-void check_device_tensor(const ExecContext& ctx, const Tensor& t, const char* op,
-                         const char* name) {
-  STRATA_CHECK(t.defined()) << op << ": " << name << " is undefined";
-  STRATA_CHECK(t.device() == ctx.device()) << op << ": " << name << " is on " << t.device().str()
-                                           << ", the context is on " << ctx.device().str();
-  STRATA_CHECK(t.is_contiguous()) << op << ": " << name << " " << t.str() << " must be contiguous";
-}
-
-void check_float(const ExecContext& ctx, const Tensor& t, const char* op, const char* name) {
-  check_device_tensor(ctx, t, op, name);
-  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16)
-      << op << ": " << name << " must be f32, bf16 or f16 on CUDA, got " << dtype_name(t.dtype());
-}
-
-void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
-  STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
-                                      << ", expected " << shape_str(expected);
-}
-
-// Calls f(T{}) with T = float, __nv_bfloat16 or __half.
-template <typename F>
-void dispatch_float(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kBF16:
-      f(__nv_bfloat16{});
-      return;
-    case DType::kF16:
-      f(__half{});
-      return;
-    default:
-      STRATA_THROW() << op << ": unsupported dtype " << dtype_name(dtype)
-                     << " (the CUDA kernels take f32, bf16 or f16)";
-  }
-}
+using ::strata::ops::cuda_detail::check_cuda;
+using ::strata::ops::cuda_detail::check_float;
+using ::strata::ops::cuda_detail::check_shape;
+using ::strata::ops::cuda_detail::dispatch_float;
+using ::strata::ops::cuda_detail::from_f32;
+using ::strata::ops::cuda_detail::to_f32;
 
 struct PoolGeometry {
   int64_t batch = 0, channels = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
@@ -176,14 +123,14 @@ __global__ void max_pool_forward_kernel(const T* __restrict__ x, T* __restrict__
     for (I ih = h0; ih < h1; ++ih) {
       const T* row = src + ih * in_w;
       for (I iw = w0; iw < w1; ++iw) {
-        const float v = to_float(row[iw]);
+        const float v = to_f32(row[iw]);
         if (v > best || isnan(v)) {
           best = v;
           best_at = ih * in_w + iw;
         }
       }
     }
-    y[i] = from_float<T>(best);
+    y[i] = from_f32<T>(best);
     indices[i] = static_cast<int64_t>(best_at);
   }
 }
@@ -199,7 +146,7 @@ __global__ void max_pool_backward_kernel(const T* __restrict__ dy,
     const int64_t at = indices[i];
     if (at < 0 || at >= in_plane) continue;
     const int64_t plane = i / out_plane;
-    atomicAdd(dx_acc + plane * in_plane + at, to_float(dy[i]));
+    atomicAdd(dx_acc + plane * in_plane + at, to_f32(dy[i]));
   }
 }
 
@@ -208,7 +155,7 @@ __global__ void convert_from_f32_kernel(const float* __restrict__ src, T* __rest
                                         int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    dst[i] = from_float<T>(src[i]);
+    dst[i] = from_f32<T>(src[i]);
   }
 }
 
@@ -246,9 +193,9 @@ __global__ void avg_pool_forward_kernel(const T* __restrict__ x, T* __restrict__
     float sum = 0.0f;
     for (int64_t ih = sh.begin; ih < sh.end; ++ih) {
       const T* row = src + ih * a.in_w;
-      for (int64_t iw = sw.begin; iw < sw.end; ++iw) sum += to_float(row[iw]);
+      for (int64_t iw = sw.begin; iw < sw.end; ++iw) sum += to_f32(row[iw]);
     }
-    y[i] = from_float<T>(sum / avg_divisor(sh, sw, a.count_include_pad));
+    y[i] = from_f32<T>(sum / avg_divisor(sh, sw, a.count_include_pad));
   }
 }
 
@@ -275,10 +222,10 @@ __global__ void avg_pool_backward_kernel(const T* __restrict__ dy, T* __restrict
       const Span sh = pool_span(oh, a.kh, a.sh, a.ph, a.in_h);
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
         const Span sw = pool_span(ow, a.kw, a.sw, a.pw, a.in_w);
-        sum += to_float(src[oh * a.out_w + ow]) / avg_divisor(sh, sw, a.count_include_pad);
+        sum += to_f32(src[oh * a.out_w + ow]) / avg_divisor(sh, sw, a.count_include_pad);
       }
     }
-    dx[i] = from_float<T>(sum);
+    dx[i] = from_f32<T>(sum);
   }
 }
 
@@ -312,9 +259,9 @@ __global__ void adaptive_forward_kernel(const T* __restrict__ x, T* __restrict__
     float sum = 0.0f;
     for (int64_t ih = h0; ih < h1; ++ih) {
       const T* row = src + ih * a.in_w;
-      for (int64_t iw = w0; iw < w1; ++iw) sum += to_float(row[iw]);
+      for (int64_t iw = w0; iw < w1; ++iw) sum += to_f32(row[iw]);
     }
-    y[i] = from_float<T>(sum / static_cast<float>((h1 - h0) * (w1 - w0)));
+    y[i] = from_f32<T>(sum / static_cast<float>((h1 - h0) * (w1 - w0)));
   }
 }
 
@@ -339,13 +286,13 @@ __global__ void adaptive_forward_warp_kernel(const T* __restrict__ x, T* __restr
     float sum = 0.0f;
     for (int j = lane; j < cells; j += 32) {
       const int r = j / cols, c = j - r * cols;
-      sum += to_float(src[static_cast<int64_t>(r) * a.in_w + c]);
+      sum += to_f32(src[static_cast<int64_t>(r) * a.in_w + c]);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
       sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     }
-    if (lane == 0) y[i] = from_float<T>(sum / static_cast<float>(cells));
+    if (lane == 0) y[i] = from_f32<T>(sum / static_cast<float>(cells));
   }
 }
 
@@ -374,10 +321,10 @@ __global__ void adaptive_backward_kernel(const T* __restrict__ dy, T* __restrict
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
         const int64_t cols =
             adaptive_end(ow, a.out_w, a.in_w) - adaptive_begin(ow, a.out_w, a.in_w);
-        sum += to_float(src[oh * a.out_w + ow]) / static_cast<float>(rows * cols);
+        sum += to_f32(src[oh * a.out_w + ow]) / static_cast<float>(rows * cols);
       }
     }
-    dx[i] = from_float<T>(sum);
+    dx[i] = from_f32<T>(sum);
   }
 }
 
@@ -407,7 +354,7 @@ sc::CudaExec& begin_op(const ExecContext& ctx, const char* op) {
 MaxPool2dResult max_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params) {
   constexpr const char* kOp = "max_pool2d_forward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
-  check_float(ctx, x, kOp, "x");
+  check_float(x, ctx, kOp, "x");
   const PoolGeometry g = pool_geometry(kOp, "x", x.shape(), params);
   MaxPool2dResult r;
   r.y = Tensor::empty(output_shape(g), x.dtype(), &ctx.allocator());
@@ -430,8 +377,8 @@ Tensor max_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ind
   constexpr const char* kOp = "max_pool2d_backward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
   PoolGeometry g = plane_geometry(kOp, "x_shape", x_shape);
-  check_float(ctx, dy, kOp, "dy");
-  check_device_tensor(ctx, indices, kOp, "indices");
+  check_float(dy, ctx, kOp, "dy");
+  check_cuda(indices, ctx, kOp, "indices");
   STRATA_CHECK(indices.dtype() == DType::kI64)
       << kOp << ": indices must be i64, got " << dtype_name(indices.dtype());
   STRATA_CHECK(dy.dim() == 4 && dy.size(0) == g.batch && dy.size(1) == g.channels)
@@ -471,7 +418,7 @@ Tensor max_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ind
 Tensor avg_pool2d_forward(ExecContext& ctx, const Tensor& x, const Pool2dParams& params) {
   constexpr const char* kOp = "avg_pool2d_forward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
-  check_float(ctx, x, kOp, "x");
+  check_float(x, ctx, kOp, "x");
   const PoolGeometry g = pool_geometry(kOp, "x", x.shape(), params);
   Tensor y = Tensor::empty(output_shape(g), x.dtype(), &ctx.allocator());
   const int64_t n = g.out_numel();
@@ -490,7 +437,7 @@ Tensor avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Shape& x_sh
   constexpr const char* kOp = "avg_pool2d_backward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
   const PoolGeometry g = pool_geometry(kOp, "x_shape", x_shape, params);
-  check_float(ctx, dy, kOp, "dy");
+  check_float(dy, ctx, kOp, "dy");
   check_shape(dy, output_shape(g), kOp, "dy");
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), &ctx.allocator());
   const int64_t n = g.in_numel();
@@ -508,7 +455,7 @@ Tensor adaptive_avg_pool2d_forward(ExecContext& ctx, const Tensor& x, int64_t ou
                                    int64_t out_w) {
   constexpr const char* kOp = "adaptive_avg_pool2d_forward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
-  check_float(ctx, x, kOp, "x");
+  check_float(x, ctx, kOp, "x");
   PoolGeometry g = plane_geometry(kOp, "x", x.shape());
   STRATA_CHECK(out_h >= 1 && out_w >= 1)
       << kOp << ": output size (" << out_h << ", " << out_w << ") must be positive";
@@ -543,7 +490,7 @@ Tensor adaptive_avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Sh
   constexpr const char* kOp = "adaptive_avg_pool2d_backward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
   PoolGeometry g = plane_geometry(kOp, "x_shape", x_shape);
-  check_float(ctx, dy, kOp, "dy");
+  check_float(dy, ctx, kOp, "dy");
   STRATA_CHECK(dy.dim() == 4 && dy.size(0) == g.batch && dy.size(1) == g.channels &&
                dy.size(2) >= 1 && dy.size(3) >= 1)
       << kOp << ": dy " << dy.shape_str() << " must be (B, C, OH, OW) for x_shape "
