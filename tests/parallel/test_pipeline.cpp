@@ -25,6 +25,7 @@
 #include "parallel/trainer.h"
 #include "pipeline_testing.h"
 #include "testing/testing.h"
+#include "tools/bench/timed_linear.h"
 
 namespace strata::parallel {
 namespace {
@@ -531,34 +532,8 @@ TEST(Pipeline, AsyncMatchesAOneProcessReplayOfItsWeightVersions) {
 
 // ---- Bubble and overlap with stages of a fixed duration ---------------------------------------
 
-// A linear layer that takes a fixed time whatever the machine: forward lasts `forward` (it
-// sleeps for what its matrix product left), backward twice that, as the ideal pipeline assumes.
-class TimedLinear final : public graph::Layer {
- public:
-  TimedLinear(std::string name, int64_t in, int64_t out, std::chrono::microseconds forward)
-      : Layer(name), linear_(name, in, out, true), forward_(forward) {}
-  const char* type() const override { return "timed_linear"; }
-  std::vector<graph::ParamSpec> param_specs() const override { return linear_.param_specs(); }
-  Shape output_shape(const Shape& in) const override { return linear_.output_shape(in); }
-  TensorList forward(ExecContext& ctx, const TensorList& in, LayerTape& tape) override {
-    const auto start = std::chrono::steady_clock::now();
-    tape.save(in[0]);
-    TensorList out{ops::linear_forward(ctx, in[0], param(0), param(1))};
-    std::this_thread::sleep_until(start + forward_);
-    return out;
-  }
-  TensorList backward(ExecContext& ctx, const TensorList& g, LayerTape& tape) override {
-    const auto start = std::chrono::steady_clock::now();
-    TensorList out{ops::linear_backward(ctx, g[0], tape.at(0), param(0), grad(0), grad(1),
-                                        tape.needs_input_grad)};
-    std::this_thread::sleep_until(start + 2 * forward_);
-    return out;
-  }
-
- private:
-  graph::LinearLayer linear_;
-  std::chrono::microseconds forward_;
-};
+// Stages of a fixed duration: tools/bench/timed_linear.h (forward `forward`, backward twice).
+using bench::TimedLinear;
 
 constexpr auto kStageForward = std::chrono::milliseconds(10);
 

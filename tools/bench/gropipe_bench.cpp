@@ -18,6 +18,11 @@
 // part of each all-reduce before the group's last Backward of the step ended, over all
 // all-reduce time) and how long a step still waited for all-reduces after that backward
 // ("exposed", per step): the overlap itself, apart from what it buys on these cores.
+//
+// --compute-ms X gives every linear layer of mlp-wide a fixed duration (forward X ms, backward
+// 2X, sleeping for what the product leaves), so that compute leaves the CPU free as it would on
+// an accelerator and the gradient all-reduce (real, over the real buffers) no longer competes
+// with it for the cores: the setting GroPipe's overlap is for.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +45,7 @@
 #include "parallel/partition/partition.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
+#include "tools/bench/timed_linear.h"
 #ifdef STRATA_WITH_MPI
 #include "parallel/comm/mpi_comm.h"
 #endif
@@ -66,6 +72,7 @@ struct Options {
   int64_t micro_size =
       0;            // accuracy mode: samples per micro-batch (M per layout); 0: --micro-batches
   int threads = 0;  // per process; 0 = all cores
+  double compute_ms = 0;  // mlp-wide: > 0: each linear layer lasts this (backward twice)
 };
 
 // Random features and labels (throughput only; nothing is learned).
@@ -102,6 +109,7 @@ proto::ModelSpec mlp_wide(const Options& o) {
 
 struct Workload {
   proto::ModelSpec spec;
+  parallel::ModelBuilder build;  // set: the model is built by this (its spec only names layers)
   std::shared_ptr<const io::Dataset> train, test;
 };
 
@@ -111,6 +119,24 @@ Workload workload(const Options& o, bool real_data) {
     STRATA_CHECK(!real_data) << "--mode accuracy needs an image model (--model resnet)";
     w.train = std::make_shared<RandomFeatures>(1 << 16, o.width);
     w.spec = mlp_wide(o);
+    if (o.compute_ms > 0) {
+      // The same layers with a fixed duration each: the compute leaves the CPU free, as on an
+      // accelerator, and the all-reduce (real, of the real gradient buffers) has it to itself.
+      const auto forward = std::chrono::microseconds(static_cast<int64_t>(o.compute_ms * 1000));
+      const Options opts = o;
+      w.build = [opts, forward] {
+        auto model = std::make_unique<graph::Model>("mlp_wide_timed", Shape{opts.width});
+        for (int l = 0; l < opts.depth; ++l) {
+          const int out = l + 1 == opts.depth ? 10 : opts.width;
+          model->add(std::make_unique<bench::TimedLinear>("fc" + std::to_string(l), opts.width, out,
+                                                          forward));
+          if (l + 1 < opts.depth) {
+            model->add(std::make_unique<graph::ReluLayer>("relu" + std::to_string(l)));
+          }
+        }
+        return model;
+      };
+    }
     return w;
   }
   io::DatasetOptions d;
@@ -221,8 +247,12 @@ Result run(const Options& o, const Workload& w, const parallel::PipelineConfig& 
     ExecContext ctx(Device::cpu(), nullptr, threads);
     Clock clock;
     const bool root = world == nullptr || world->rank() == 0;
-    parallel::Trainer trainer(ctx, w.spec, w.train, w.test, config, p, world,
-                              root ? &clock : nullptr);
+    std::unique_ptr<parallel::Trainer> made =
+        w.build ? std::make_unique<parallel::Trainer>(ctx, w.build, w.train, w.test, config, p,
+                                                      world, root ? &clock : nullptr)
+                : std::make_unique<parallel::Trainer>(ctx, w.spec, w.train, w.test, config, p,
+                                                      world, root ? &clock : nullptr);
+    parallel::Trainer& trainer = *made;
     const parallel::TrainSummary summary = trainer.run();
     if (!root) return;
     std::lock_guard<std::mutex> lock(mutex);
@@ -455,6 +485,10 @@ int bench_main(int argc, char** argv) {
       "--micro-size", o.micro_size,
       "accuracy mode: samples per micro-batch, M chosen per layout (0: --micro-batches)");
   app.add_option("--threads", o.threads, "CPU threads per process (0 = all cores)");
+  app.add_option("--compute-ms", o.compute_ms,
+                 "mlp-wide: each linear layer's forward lasts this many ms (backward twice), "
+                 "sleeping for what its product leaves: compute off the CPU, as on an "
+                 "accelerator (0: real CPU compute only)");
   CLI11_PARSE(app, argc, argv);
   STRATA_CHECK(o.steps > o.warmup && o.warmup >= 0) << "--steps must exceed --warmup";
   STRATA_CHECK(o.repeats >= 1) << "--repeats must be at least 1";

@@ -35,39 +35,14 @@
 #include "ops/matmul.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/trainer.h"
+#include "tools/bench/timed_linear.h"
 
 namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A linear layer of a fixed duration: forward `forward`, backward twice that.
-class TimedLinear final : public graph::Layer {
- public:
-  TimedLinear(std::string name, int64_t in, int64_t out, std::chrono::microseconds forward)
-      : Layer(name), linear_(name, in, out, true), forward_(forward) {}
-  const char* type() const override { return "timed_linear"; }
-  std::vector<graph::ParamSpec> param_specs() const override { return linear_.param_specs(); }
-  Shape output_shape(const Shape& in) const override { return linear_.output_shape(in); }
-  TensorList forward(ExecContext& ctx, const TensorList& in, LayerTape& tape) override {
-    const auto start = Clock::now();
-    tape.save(in[0]);
-    TensorList out{ops::linear_forward(ctx, in[0], param(0), param(1))};
-    std::this_thread::sleep_until(start + forward_);
-    return out;
-  }
-  TensorList backward(ExecContext& ctx, const TensorList& g, LayerTape& tape) override {
-    const auto start = Clock::now();
-    TensorList out{ops::linear_backward(ctx, g[0], tape.at(0), param(0), grad(0), grad(1),
-                                        tape.needs_input_grad)};
-    std::this_thread::sleep_until(start + 2 * forward_);
-    return out;
-  }
-
- private:
-  graph::LinearLayer linear_;
-  std::chrono::microseconds forward_;
-};
+using bench::TimedLinear;
 
 constexpr int64_t kSide = 4, kClasses = 4;  // 1 x 4 x 4 synthetic images, 4 classes
 
