@@ -13,6 +13,8 @@ namespace {
 
 std::atomic<int> g_rank{-1};
 thread_local int t_stage = -1;
+constexpr int kNoThreadRank = -2;
+thread_local int t_rank = kNoThreadRank;
 
 LogLevel initial_level() {
   const char* env = std::getenv("STRATA_LOG_LEVEL");
@@ -38,7 +40,12 @@ const char* basename_of(const char* path) {
 }  // namespace
 
 void set_log_rank(int rank) { g_rank.store(rank); }
-int log_rank() { return g_rank.load(); }
+int log_rank() { return t_rank != kNoThreadRank ? t_rank : g_rank.load(); }
+int set_thread_log_rank(int rank) {
+  const int previous = t_rank;
+  t_rank = rank;
+  return previous;
+}
 void set_log_stage(int stage) { t_stage = stage; }
 int log_stage() { return t_stage; }
 void set_log_level(LogLevel level) { level_storage().store(static_cast<int>(level)); }

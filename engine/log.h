@@ -17,6 +17,11 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 // The rank of this process, or -1 when unknown (single process). Written once at start-up.
 void set_log_rank(int rank);
+// The rank the calling thread works for, over the process's (ranks of the local backend are
+// threads of one process; -1: none). Returns the thread's previous setting, to restore with
+// set_thread_log_rank(previous) (-2: none, the process's rank shows).
+int set_thread_log_rank(int rank);
+// The calling thread's rank if it has one, else the process's.
 int log_rank();
 // The pipeline stage the calling thread works for, or -1.
 void set_log_stage(int stage);

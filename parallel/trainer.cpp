@@ -177,7 +177,9 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
                       << config.init_weights << " (" << models::weight_naming_name(report.naming)
                       << " names)";
   }
-  set_log_rank(world != nullptr && world->size() > 1 ? rank_ : -1);
+  // This thread's rank (local ranks are threads of one process; under MPI the same as the
+  // process's), restored when the Trainer goes.
+  previous_log_rank_ = set_thread_log_rank(world != nullptr && world->size() > 1 ? rank_ : -1);
   make_communicators();
   STRATA_CHECK(is_synchronous(pipeline.schedule) ||
                (config.checkpoint.dir.empty() && config.checkpoint.resume.empty()))
@@ -353,7 +355,7 @@ proto::CheckpointManifest Trainer::describe_run(int64_t step, int64_t total, int
   return m;
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() { set_thread_log_rank(previous_log_rank_); }
 
 void Trainer::make_communicators() {
   if (world_ == nullptr || world_->size() == 1) return;

@@ -221,7 +221,9 @@ class Trainer {
   int64_t skipped_before_ = 0;  // skipped steps of the run that wrote the checkpoint
   int64_t samples_before_ = 0;  // samples seen by it
   int64_t resumed_pending_ = 0;
-  LossScaler scaler_;  // delayed gradients (--dp-delay) in the checkpoint loaded
+  LossScaler scaler_;
+  int previous_log_rank_ = -2;  // the thread's log rank before this Trainer (set_thread_log_rank)
+                                // // delayed gradients (--dp-delay) in the checkpoint loaded
   std::string resumed_from_;
 };
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "engine/check.h"
 #include "engine/log.h"
 
@@ -51,6 +53,23 @@ TEST(Log, PrefixCarriesRankAndStage) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("[rank 3 stage 1] ", 0), 0u) << e.what();
   }
+  // Ranks of the local backend are threads: each names its own, over the process's.
+  std::string prefixes[2];
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r) {
+    threads[r] = std::thread([r, &prefixes] {
+      const int previous = set_thread_log_rank(r);
+      prefixes[r] = log_prefix();
+      set_thread_log_rank(previous);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(prefixes[0], "[rank 0] ");
+  EXPECT_EQ(prefixes[1], "[rank 1] ");
+  EXPECT_EQ(log_prefix(), "[rank 3 stage 1] ");  // this thread: the process's rank
+  const int previous = set_thread_log_rank(-1);
+  EXPECT_EQ(log_prefix(), "[stage 1] ");
+  set_thread_log_rank(previous);
   set_log_rank(-1);
   set_log_stage(-1);
   EXPECT_EQ(parse_log_level("warn"), LogLevel::kWarn);

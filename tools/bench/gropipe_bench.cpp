@@ -492,6 +492,8 @@ int bench_main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   STRATA_CHECK(o.steps > o.warmup && o.warmup >= 0) << "--steps must exceed --warmup";
   STRATA_CHECK(o.repeats >= 1) << "--repeats must be at least 1";
+  STRATA_CHECK(o.compute_ms >= 0 && (o.compute_ms == 0 || o.model == "mlp-wide"))
+      << "--compute-ms applies to --model mlp-wide only (and must be >= 0)";
 
   std::unique_ptr<parallel::Communicator> mpi;
 #ifdef STRATA_WITH_MPI
