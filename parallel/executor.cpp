@@ -270,7 +270,8 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
       << "the model's last layer must output (B, ..., classes), got "
       << (outputs.empty() ? std::string("nothing") : outputs[0].shape_str());
   const Tensor& logits = outputs[0];
-  const Tensor target = on_device(source.target(mb));
+  const Tensor host_target = source.target(mb);  // counted here, before it goes to the device
+  const Tensor target = on_device(host_target);
   const Shape flat_targets(logits.shape().begin(), logits.shape().end() - 1);
   STRATA_CHECK(target.shape() == flat_targets)
       << "targets of shape " << target.shape_str() << " do not match logits of shape "
@@ -282,7 +283,7 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   stats->loss += ops::cross_entropy_forward(ctx_, flat_logits, flat_target, loss)
                      .to(DType::kF64)
                      .item<double>();
-  stats->counted += ops::count_targets(flat_target, loss.ignore_index);
+  stats->counted += ops::count_targets(host_target.reshape({-1}), loss.ignore_index);
   stats->top1 += ops::topk_correct(ctx_, flat_logits, flat_target, 1, loss.ignore_index);
   if (flat_logits.size(1) >= 5) {
     stats->top5 += ops::topk_correct(ctx_, flat_logits, flat_target, 5, loss.ignore_index);
