@@ -643,24 +643,25 @@ int run_train(const TrainOptions& o) {
       << "--precision " << o.precision
       << ": bf16/fp16 mixed precision is not implemented yet; use fp32 or tf32";
   const parallel::ProcessInfo process = parallel::discover_process();
-  // The communicators move host tensors; staging CUDA tensors through them (or NCCL) is the
-  // pipeline's GPU path, not written yet: a layout of several ranks runs on the CPU.
+  // Several ranks on CUDA: local ranks (threads) share the one device given by --device, their
+  // tensors crossing through host copies. That path has not run on a GPU yet, so --device auto
+  // keeps several ranks on the CPU; MPI processes on CUDA devices are not wired up yet.
   const bool several_ranks =
       process.world_size > 1 || (o.local && o.stages * std::max(1, o.groups) > 1);
   Device device = Device::cpu();
   if (o.device == "auto" && several_ranks) {
     if (cuda_device_count() > 0 && process.rank == 0) {
       std::printf(
-          "device auto: pipelines and data-parallel groups run on cpu (their GPU path is "
-          "not implemented yet)\n");
+          "device auto: pipelines and data-parallel groups run on cpu (with --local, "
+          "--device cuda:N runs every local rank on that GPU)\n");
     }
   } else {
     device = resolve_device(o.device);
   }
-  STRATA_CHECK(!device.is_cuda() || !several_ranks)
+  STRATA_CHECK(!device.is_cuda() || process.world_size == 1)
       << "--device " << device.str()
-      << ": pipelines and data-parallel groups over CUDA devices are not implemented yet; run "
-         "one process with one stage on the GPU, or the pipeline with --device cpu";
+      << ": MPI ranks on CUDA devices are not implemented yet; run the pipeline as local ranks "
+         "on one GPU (--local --device cuda:N) or on the CPU";
   if (process.world_size > 1) {
 #ifdef STRATA_WITH_MPI
     return run_mpi(o, device);

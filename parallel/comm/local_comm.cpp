@@ -152,8 +152,6 @@ void abort_family(const WorldState& w, int rank, const std::string& message) {
 
 void check_tensor(const Tensor& t, const std::string& op, const char* name) {
   STRATA_CHECK(t.defined()) << "local comm " << op << ": " << name << " is undefined";
-  STRATA_CHECK(t.device().is_cpu()) << "local comm " << op << ": " << name << " is " << t.str()
-                                    << "; the local backend moves CPU tensors only";
   STRATA_CHECK(t.is_contiguous()) << "local comm " << op << ": " << name << " " << t.str()
                                   << " must be contiguous";
 }
@@ -393,7 +391,7 @@ class RecvRequest final : public Request {
 
   std::shared_ptr<WorldState> w_;
   int rank_;
-  Tensor t_;
+  Tensor t_;  // host memory (a CUDA tensor's receive goes through a StagedRequest)
   std::shared_ptr<RecvSlot> slot_;
   std::string op_;
   bool done_ = false;
@@ -472,6 +470,56 @@ int LocalCommunicator::size() const { return state_->size; }
 
 int LocalCommunicator::world_rank() const { return state_->root_ranks[rank_]; }
 
+namespace local_detail {
+
+// CUDA tensors: the local backend moves host memory, so a CUDA tensor goes through a host copy
+// (taken after the device finished its work: the copy waits for it) and results are copied back
+// when the operation completes. Slow but ordered; NCCL is the fast path between devices.
+Tensor on_host(const Tensor& t) {
+  return t.device().is_cpu() ? t : to_allocator(t, default_cpu_allocator());
+}
+Tensor host_like(const Tensor& t) {
+  return t.device().is_cpu() ? t : Tensor::empty(t.shape(), t.dtype());
+}
+
+class StagedRequest final : public Request {
+ public:
+  // `back`: (host, device) pairs copied host -> device once `inner` completes.
+  StagedRequest(std::unique_ptr<Request> inner, std::vector<std::pair<Tensor, Tensor>> back)
+      : inner_(std::move(inner)), back_(std::move(back)) {}
+  bool test() override {
+    if (done_) return true;
+    if (!inner_->test()) return false;
+    finish();
+    return true;
+  }
+  void wait(std::chrono::milliseconds timeout, const std::string& what) override {
+    if (done_) return;
+    inner_->wait(timeout, what);
+    finish();
+  }
+
+ private:
+  void finish() {
+    for (auto& [host, device] : back_) device.copy_from(host);
+    back_.clear();
+    done_ = true;
+  }
+  std::unique_ptr<Request> inner_;
+  std::vector<std::pair<Tensor, Tensor>> back_;
+  bool done_ = false;
+};
+
+// `inner`, or `inner` with `device` receiving `host` when it completes (a CUDA tensor).
+std::unique_ptr<Request> staged(std::unique_ptr<Request> inner, const Tensor& host,
+                                const Tensor& device) {
+  if (device.device().is_cpu()) return inner;
+  std::vector<std::pair<Tensor, Tensor>> back{{host, device}};
+  return std::make_unique<StagedRequest>(std::move(inner), std::move(back));
+}
+
+}  // namespace local_detail
+
 void LocalCommunicator::abort(const std::string& message) {
   local_detail::abort_family(*state_, rank_, message);
 }
@@ -483,8 +531,9 @@ std::unique_ptr<Request> LocalCommunicator::isend(const Tensor& t, int peer, int
       << "local comm " << op << ": no such rank (size " << size() << ")";
   STRATA_CHECK(tag >= 0 && tag < local_detail::kMaxTag)
       << "local comm " << op << ": tag must be in [0, " << local_detail::kMaxTag << ")";
+  const Tensor src = local_detail::on_host(t);
   Tensor bytes = Tensor::empty({static_cast<int64_t>(t.nbytes())}, DType::kU8);
-  if (t.nbytes() > 0) std::memcpy(bytes.raw_data(), t.raw_data(), t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(bytes.raw_data(), src.raw_data(), t.nbytes());
   auto& family = *state_->family;
   std::lock_guard<std::mutex> lock(family.mutex);
   local_detail::throw_if_aborted(*state_, rank_, "posting", op);
@@ -520,7 +569,10 @@ std::unique_ptr<Request> LocalCommunicator::irecv(const Tensor& t, int peer, int
       channel.receives.push_back(slot);
     }
   }
-  return std::make_unique<local_detail::RecvRequest>(state_, rank_, t, std::move(slot), op);
+  const Tensor host = local_detail::host_like(t);
+  return local_detail::staged(
+      std::make_unique<local_detail::RecvRequest>(state_, rank_, host, std::move(slot), op), host,
+      t);
 }
 
 std::unique_ptr<Request> LocalCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
@@ -530,9 +582,11 @@ std::unique_ptr<Request> LocalCommunicator::all_reduce(const Tensor& t, ReduceOp
   local_detail::check_reducible(t, p.signature);
   p.dtype = t.dtype();
   p.op = op;
-  p.in = t;
+  p.in = local_detail::on_host(t);
+  const Tensor host = p.in;
   auto c = local_detail::post(*state_, rank_, std::move(p));
-  return std::make_unique<local_detail::CollectiveRequest>(state_, rank_, std::move(c));
+  return local_detail::staged(
+      std::make_unique<local_detail::CollectiveRequest>(state_, rank_, std::move(c)), host, t);
 }
 
 std::unique_ptr<Request> LocalCommunicator::broadcast(const Tensor& t, int root) {
@@ -543,9 +597,11 @@ std::unique_ptr<Request> LocalCommunicator::broadcast(const Tensor& t, int root)
       << "local comm " << p.signature << ": no such rank (size " << size() << ")";
   p.dtype = t.dtype();
   p.root = root;
-  p.in = t;
+  p.in = local_detail::on_host(t);
+  const Tensor host = p.in;
   auto c = local_detail::post(*state_, rank_, std::move(p));
-  return std::make_unique<local_detail::CollectiveRequest>(state_, rank_, std::move(c));
+  return local_detail::staged(
+      std::make_unique<local_detail::CollectiveRequest>(state_, rank_, std::move(c)), host, t);
 }
 
 std::unique_ptr<Request> LocalCommunicator::all_gather(const Tensor& in, const Tensor& out) {
@@ -556,10 +612,12 @@ std::unique_ptr<Request> LocalCommunicator::all_gather(const Tensor& in, const T
       << "local comm " << p.signature << ": output " << out.str() << " must be "
       << dtype_name(in.dtype()) << " with " << size() << " x " << in.numel() << " elements";
   p.dtype = in.dtype();
-  p.in = in;
-  p.out = out;
+  p.in = local_detail::on_host(in);
+  p.out = local_detail::host_like(out);
+  const Tensor host = p.out;
   auto c = local_detail::post(*state_, rank_, std::move(p));
-  return std::make_unique<local_detail::CollectiveRequest>(state_, rank_, std::move(c));
+  return local_detail::staged(
+      std::make_unique<local_detail::CollectiveRequest>(state_, rank_, std::move(c)), host, out);
 }
 
 std::unique_ptr<Request> LocalCommunicator::reduce_scatter(const Tensor& in, const Tensor& out) {
@@ -571,10 +629,12 @@ std::unique_ptr<Request> LocalCommunicator::reduce_scatter(const Tensor& in, con
       << "local comm " << p.signature << ": output " << out.str() << " must be "
       << dtype_name(in.dtype()) << " with " << in.numel() << " / " << size() << " elements";
   p.dtype = in.dtype();
-  p.in = in;
-  p.out = out;
+  p.in = local_detail::on_host(in);
+  p.out = local_detail::host_like(out);
+  const Tensor host = p.out;
   auto c = local_detail::post(*state_, rank_, std::move(p));
-  return std::make_unique<local_detail::CollectiveRequest>(state_, rank_, std::move(c));
+  return local_detail::staged(
+      std::make_unique<local_detail::CollectiveRequest>(state_, rank_, std::move(c)), host, out);
 }
 
 void LocalCommunicator::barrier(const std::string& what) {

@@ -5,7 +5,8 @@
 //   run_local_ranks(world, [](LocalCommunicator& comm) { ... comm.all_reduce(t)->wait(...); });
 //
 // Semantics (beyond parallel/comm/communicator.h):
-// - Tensors are contiguous CPU tensors (a CUDA tensor is an error naming it).
+// - Tensors are contiguous; CUDA tensors go through host copies (taken once the device is done
+//   with them) and results are copied back when the operation completes: ordered, not fast.
 // - isend copies the bytes into the receiver's mailbox and completes at once: the tensor may be
 //   reused as soon as isend returns. irecv matches sends by (source, tag) in FIFO order per tag,
 //   in the order the receives were posted; the bytes land in the tensor during test()/wait().
