@@ -72,7 +72,8 @@ struct Options {
   int64_t micro_size =
       0;            // accuracy mode: samples per micro-batch (M per layout); 0: --micro-batches
   int threads = 0;  // per process; 0 = all cores
-  double compute_ms = 0;  // mlp-wide: > 0: each linear layer lasts this (backward twice)
+  double compute_ms = 0;             // mlp-wide: > 0: each linear layer lasts this (backward twice)
+  double compute_ms_per_sample = 0;  // ... plus this per sample of its micro-batch
 };
 
 // Random features and labels (throughput only; nothing is learned).
@@ -123,13 +124,15 @@ Workload workload(const Options& o, bool real_data) {
       // The same layers with a fixed duration each: the compute leaves the CPU free, as on an
       // accelerator, and the all-reduce (real, of the real gradient buffers) has it to itself.
       const auto forward = std::chrono::microseconds(static_cast<int64_t>(o.compute_ms * 1000));
+      const auto per_row =
+          std::chrono::microseconds(static_cast<int64_t>(o.compute_ms_per_sample * 1000));
       const Options opts = o;
-      w.build = [opts, forward] {
+      w.build = [opts, forward, per_row] {
         auto model = std::make_unique<graph::Model>("mlp_wide_timed", Shape{opts.width});
         for (int l = 0; l < opts.depth; ++l) {
           const int out = l + 1 == opts.depth ? 10 : opts.width;
           model->add(std::make_unique<bench::TimedLinear>("fc" + std::to_string(l), opts.width, out,
-                                                          forward));
+                                                          forward, per_row));
           if (l + 1 < opts.depth) {
             model->add(std::make_unique<graph::ReluLayer>("relu" + std::to_string(l)));
           }
@@ -489,11 +492,16 @@ int bench_main(int argc, char** argv) {
                  "mlp-wide: each linear layer's forward lasts this many ms (backward twice), "
                  "sleeping for what its product leaves: compute off the CPU, as on an "
                  "accelerator (0: real CPU compute only)");
+  app.add_option("--compute-ms-per-sample", o.compute_ms_per_sample,
+                 "with --compute-ms: each layer's forward lasts this much longer per sample of "
+                 "its micro-batch (a device's cost: a fixed part and a part per sample)");
   CLI11_PARSE(app, argc, argv);
   STRATA_CHECK(o.steps > o.warmup && o.warmup >= 0) << "--steps must exceed --warmup";
   STRATA_CHECK(o.repeats >= 1) << "--repeats must be at least 1";
   STRATA_CHECK(o.compute_ms >= 0 && (o.compute_ms == 0 || o.model == "mlp-wide"))
       << "--compute-ms applies to --model mlp-wide only (and must be >= 0)";
+  STRATA_CHECK(o.compute_ms_per_sample >= 0 && (o.compute_ms_per_sample == 0 || o.compute_ms > 0))
+      << "--compute-ms-per-sample needs --compute-ms (and must be >= 0)";
 
   std::unique_ptr<parallel::Communicator> mpi;
 #ifdef STRATA_WITH_MPI
