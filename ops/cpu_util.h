@@ -8,6 +8,7 @@
 
 #include "engine/check.h"
 #include "engine/tensor.h"
+#include "ops/op_checks.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -28,17 +29,6 @@ inline void check_float(const Tensor& t, const char* op, const char* name) {
   check_cpu(t, op, name);
   STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF64)
       << op << ": " << name << " must be f32 or f64, got " << dtype_name(t.dtype());
-}
-
-inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a,
-                             const char* name_b) {
-  STRATA_CHECK(a.dtype() == b.dtype()) << op << ": " << name_a << " is " << dtype_name(a.dtype())
-                                       << " but " << name_b << " is " << dtype_name(b.dtype());
-}
-
-inline void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
-  STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
-                                      << ", expected " << shape_str(expected);
 }
 
 // Index tensors (ids, targets): i32 or i64, on the CPU, contiguous.

@@ -1,5 +1,6 @@
 // The one definition of what every CUDA op of ops/ shares: host-side argument checks that name
-// the op, the tensor, its dtype, shape and device (all taking (tensor, ctx, op, name)), the
+// the op, the tensor, its dtype, shape and device (all taking (tensor, ctx, op, name); the
+// device-independent ones come from ops/op_checks.h, shared with the CPU kernels), the
 // dispatch over the floating dtypes the CUDA kernels take (f32, bf16, f16; computed in f32),
 // the device conversions to and from f32, and warp reductions. Group headers
 // (pointwise_cuda_util.cuh, loss_cuda_common.cuh) build on it; .cu files that need nothing more
@@ -19,6 +20,7 @@
 #include "engine/cuda_exec.h"
 #include "engine/exec_context.h"
 #include "engine/tensor.h"
+#include "ops/op_checks.h"
 
 namespace strata::ops::cuda_detail {
 
@@ -67,16 +69,9 @@ inline void check_index(const Tensor& t, const ExecContext& ctx, const char* op,
       << dtype_name(t.dtype());
 }
 
-inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a,
-                             const char* name_b) {
-  STRATA_CHECK(a.dtype() == b.dtype()) << op << ": " << name_a << " is " << dtype_name(a.dtype())
-                                       << " but " << name_b << " is " << dtype_name(b.dtype());
-}
-
-inline void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
-  STRATA_CHECK(t.shape() == expected) << op << ": " << name << " has shape " << t.shape_str()
-                                      << ", expected " << shape_str(expected);
-}
+// Device-independent checks: ops/op_checks.h.
+using ::strata::ops::detail::check_same_dtype;
+using ::strata::ops::detail::check_shape;
 
 inline bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;

@@ -39,6 +39,36 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The (owner, user) stages of the tied parameters whose two sides sit on different stages, if
+// any; at most one such pair of stages is supported.
+std::optional<std::pair<int, int>> split_tied_stages(const graph::Model& model,
+                                                     const PipelineConfig& pipeline) {
+  auto stage_of = [&](size_t layer) {
+    int stage = 0;
+    for (size_t s = 0; s < pipeline.partition.size(); ++s) {
+      if (layer >= pipeline.partition[s].first && layer < pipeline.partition[s].second) {
+        stage = static_cast<int>(s);
+      }
+    }
+    return stage;
+  };
+  std::optional<std::pair<int, int>> split;
+  for (size_t l = 0; l < model.size(); ++l) {
+    for (const graph::ParamSpec& spec : model.layer(l).param_specs()) {
+      if (spec.tied_to.empty()) continue;
+      const auto owner = model.find_param_layer(spec.tied_to);
+      STRATA_CHECK(owner.has_value()) << "parameter " << model.layer(l).name() << "." << spec.name
+                                      << " is tied to unknown " << spec.tied_to;
+      const std::pair<int, int> stages{stage_of(*owner), stage_of(l)};
+      if (stages.first == stages.second) continue;
+      STRATA_CHECK(!split || *split == stages)
+          << "tied parameters split over more than one pair of stages are not supported";
+      split = stages;
+    }
+  }
+  return split;
+}
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -191,24 +221,12 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
   // resumed inexactly.
   const bool checkpointing = !config.checkpoint.dir.empty() || !config.checkpoint.resume.empty();
   if (pipeline.grad_sync.delay > 0 && checkpointing && pipeline.stages > 1) {
-    auto stage_of = [&](size_t layer) {
-      for (size_t s = 0; s < pipeline.partition.size(); ++s) {
-        if (layer >= pipeline.partition[s].first && layer < pipeline.partition[s].second) return s;
-      }
-      return pipeline.partition.size();
-    };
-    for (size_t l = 0; l < model_->size(); ++l) {
-      for (const graph::ParamSpec& p : model_->layer(l).param_specs()) {
-        if (p.tied_to.empty()) continue;
-        const std::optional<size_t> owner = model_->find_param_layer(p.tied_to);
-        STRATA_CHECK(!owner || stage_of(*owner) == stage_of(l))
-            << "--dp-delay " << pipeline.grad_sync.delay << " with checkpoints: the tied parameter "
-            << p.tied_to << " is split between "
-            << "stages " << stage_of(*owner) << " and " << stage_of(l)
-            << ", whose delayed gradients a checkpoint cannot hold apart; keep its layers on "
-               "one stage (--partition) or drop --dp-delay";
-      }
-    }
+    const std::optional<std::pair<int, int>> split = split_tied_stages(*model_, pipeline);
+    STRATA_CHECK(!split) << "--dp-delay " << pipeline.grad_sync.delay
+                         << " with checkpoints: a tied parameter is split between stages "
+                         << (split ? split->first : 0) << " and " << (split ? split->second : 0)
+                         << ", whose delayed gradients a checkpoint cannot hold apart; keep its "
+                            "layers on one stage (--partition) or drop --dp-delay";
   }
   STRATA_CHECK(config.checkpoint.save_every >= 0 && config.checkpoint.keep_last >= 0)
       << "--save-every and --keep-last must be >= 0";
@@ -359,31 +377,12 @@ Trainer::~Trainer() { set_thread_log_rank(previous_log_rank_); }
 
 void Trainer::make_communicators() {
   if (world_ == nullptr || world_->size() == 1) return;
-  const int S = pipeline_.stages;
   pipe_ = world_->split(group_, stage_);
   dp_ = world_->split(stage_, group_);
   eval_pipe_ = pipe_->split(0, stage_);
   // Tied parameters whose owner and user sit on different stages.
-  int owner_stage = -1, user_stage = -1;
-  for (size_t l = 0; l < model_->size(); ++l) {
-    for (const graph::ParamSpec& spec : model_->layer(l).param_specs()) {
-      if (spec.tied_to.empty()) continue;
-      const auto owner = model_->find_param_layer(spec.tied_to);
-      STRATA_CHECK(owner.has_value()) << "parameter " << model_->layer(l).name() << "." << spec.name
-                                      << " is tied to unknown " << spec.tied_to;
-      int os = 0, us = 0;
-      for (int s = 0; s < S; ++s) {
-        if (*owner >= pipeline_.partition[s].first && *owner < pipeline_.partition[s].second)
-          os = s;
-        if (l >= pipeline_.partition[s].first && l < pipeline_.partition[s].second) us = s;
-      }
-      if (os == us) continue;
-      STRATA_CHECK(owner_stage < 0 || (owner_stage == os && user_stage == us))
-          << "tied parameters split over more than one pair of stages are not supported";
-      owner_stage = os;
-      user_stage = us;
-    }
-  }
+  const std::optional<std::pair<int, int>> split = split_tied_stages(*model_, pipeline_);
+  const int owner_stage = split ? split->first : -1, user_stage = split ? split->second : -1;
   const bool tied_here = owner_stage >= 0 && (stage_ == owner_stage || stage_ == user_stage);
   tied_ = world_->split(tied_here ? group_ : -1, stage_ == owner_stage ? 0 : 1);
 }
@@ -531,12 +530,17 @@ TrainSummary Trainer::run() {
     const bool skipped = m[2] > 0;
     // Dynamic loss scaling: a non-finite gradient with a finite loss is the scaled gradient
     // overflowing: skipped like --nan-policy skip, whatever the policy, and the scale halves.
+    // The first parameter with a non-finite gradient (collective: on a skipped step, every rank
+    // calls it): ranks in order are group 0's stages in order.
+    auto first_non_finite = [&] {
+      for (const std::string& n : all_gather_strings(world_, stats.first_non_finite)) {
+        if (!n.empty()) return n;
+      }
+      return std::string();
+    };
     const bool overflow = skipped && std::isfinite(loss) && scaler_.absorbs_overflow();
     if (overflow) {
-      std::string first;
-      for (const std::string& n : all_gather_strings(world_, stats.first_non_finite)) {
-        if (first.empty()) first = n;
-      }
+      const std::string first = first_non_finite();
       const double was = scaler_.scale();
       scaler_.update(true);
       ++summary.skipped_steps;
@@ -549,14 +553,7 @@ TrainSummary Trainer::run() {
                          << summary.skipped_steps << " skipped so far)";
       }
     } else if (skipped || !std::isfinite(loss)) {
-      // The first layer with a non-finite gradient: ranks in order are group 0's stages in order.
-      std::string first;
-      if (skipped) {
-        const std::vector<std::string> names = all_gather_strings(world_, stats.first_non_finite);
-        for (const std::string& n : names) {
-          if (first.empty()) first = n;
-        }
-      }
+      const std::string first = skipped ? first_non_finite() : std::string();
       std::ostringstream what;
       what << "step " << step + 1 << " (epoch " << epoch + 1 << "): the loss is " << loss;
       if (skipped) {

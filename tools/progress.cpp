@@ -54,21 +54,20 @@ void ConsoleReporter::on_log(const parallel::StepRecord& r) {
   } else {
     std::snprintf(epoch, sizeof(epoch), "%lld", static_cast<long long>(r.epoch + 1));
   }
-  char skipped[96] = "";
+  char extra[96] = "";  // skipped steps, loss scale
   if (r.skipped_steps > 0) {
-    std::snprintf(skipped, sizeof(skipped), " | skipped %lld",
-                  static_cast<long long>(r.skipped_steps));
+    std::snprintf(extra, sizeof(extra), " | skipped %lld", static_cast<long long>(r.skipped_steps));
   }
   if (r.loss_scale > 0) {
-    const size_t used = std::strlen(skipped);
-    std::snprintf(skipped + used, sizeof(skipped) - used, " | loss scale %g", r.loss_scale);
+    const size_t used = std::strlen(extra);
+    std::snprintf(extra + used, sizeof(extra) - used, " | loss scale %g", r.loss_scale);
   }
   std::fprintf(out_,
                "step %lld/%lld | epoch %s | loss %.4f | lr %.2e | grad_norm %.3f | %.0f samples/s"
                " | elapsed %s | eta %s%s\n",
                static_cast<long long>(r.step), static_cast<long long>(r.total_steps), epoch, r.loss,
                r.lr, r.grad_norm, r.samples_per_s, format_duration(r.elapsed_s).c_str(),
-               format_duration(r.eta_s).c_str(), skipped);
+               format_duration(r.eta_s).c_str(), extra);
   std::fflush(out_);
   if (metrics_ != nullptr) {
     nlohmann::json record = {{"type", "train"},

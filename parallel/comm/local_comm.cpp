@@ -482,11 +482,12 @@ Tensor host_like(const Tensor& t) {
   return t.device().is_cpu() ? t : Tensor::empty(t.shape(), t.dtype());
 }
 
+// `inner`'s operation on a host copy of a CUDA tensor: the result goes to the device tensor once
+// it completes.
 class StagedRequest final : public Request {
  public:
-  // `back`: (host, device) pairs copied host -> device once `inner` completes.
-  StagedRequest(std::unique_ptr<Request> inner, std::vector<std::pair<Tensor, Tensor>> back)
-      : inner_(std::move(inner)), back_(std::move(back)) {}
+  StagedRequest(std::unique_ptr<Request> inner, Tensor host, Tensor device)
+      : inner_(std::move(inner)), host_(std::move(host)), device_(std::move(device)) {}
   bool test() override {
     if (done_) return true;
     if (!inner_->test()) return false;
@@ -501,21 +502,19 @@ class StagedRequest final : public Request {
 
  private:
   void finish() {
-    for (auto& [host, device] : back_) device.copy_from(host);
-    back_.clear();
+    device_.copy_from(host_);
     done_ = true;
   }
   std::unique_ptr<Request> inner_;
-  std::vector<std::pair<Tensor, Tensor>> back_;
+  Tensor host_, device_;
   bool done_ = false;
 };
 
-// `inner`, or `inner` with `device` receiving `host` when it completes (a CUDA tensor).
+// `inner`, or (a CUDA tensor) `inner` with `device` receiving `host` when it completes.
 std::unique_ptr<Request> staged(std::unique_ptr<Request> inner, const Tensor& host,
                                 const Tensor& device) {
   if (device.device().is_cpu()) return inner;
-  std::vector<std::pair<Tensor, Tensor>> back{{host, device}};
-  return std::make_unique<StagedRequest>(std::move(inner), std::move(back));
+  return std::make_unique<StagedRequest>(std::move(inner), host, device);
 }
 
 }  // namespace local_detail
