@@ -4,6 +4,7 @@
 #include "engine/check.h"
 #include "engine/philox.h"
 #include "graph/model.h"
+#include "ops/precision.h"
 
 namespace strata::graph {
 namespace {
@@ -36,13 +37,19 @@ void fill_init(const Tensor& t, const ParamInit& init, uint64_t seed, const std:
 
 }  // namespace
 
-ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& allocator, DType dtype)
-    : begin_(begin), end_(end), allocator_(&allocator), dtype_(dtype) {
+ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& allocator, DType dtype,
+                       DType compute)
+    : begin_(begin), end_(end), allocator_(&allocator), dtype_(dtype), compute_(compute) {
   STRATA_CHECK(begin <= end && end <= model.size())
       << "ParamStore: layer range [" << begin << ", " << end << ") outside model " << model.name();
   STRATA_CHECK(dtype == DType::kF32 || dtype == DType::kF64)
       << "ParamStore keeps f32 (or f64 for gradient checks) master weights, got "
       << dtype_name(dtype);
+  if (compute_ == DType::kF32) compute_ = dtype_;  // f64 gradient checks compute in f64
+  STRATA_CHECK(compute_ == dtype_ ||
+               (dtype_ == DType::kF32 && (compute_ == DType::kBF16 || compute_ == DType::kF16)))
+      << "ParamStore: layers over " << dtype_name(dtype_) << " master weights compute in "
+      << dtype_name(dtype_) << ", bf16 or f16, not " << dtype_name(compute_);
   int64_t param_elems = 0, buffer_elems = 0;
   for (size_t i = begin; i < end; ++i) {
     const Layer& layer = model.layer(i);
@@ -77,16 +84,25 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
   buffers_ = Tensor::empty({buffer_elems}, dtype, allocator_);
   params_.zero_();  // alignment padding stays zero forever
   buffers_.zero_();
+  if (mixed()) {
+    work_params_ = Tensor::zeros({param_elems}, compute_, allocator_);
+    work_grads_ = Tensor::zeros({param_elems}, compute_, allocator_);
+    work_buffers_ = Tensor::zeros({buffer_elems}, compute_, allocator_);
+  }
+  // The layers compute on the working copies under mixed precision, on the masters otherwise.
+  const Tensor& bound_params = mixed() ? work_params_ : params_;
+  const Tensor& bound_grads = mixed() ? work_grads_ : grads_;
+  const Tensor& bound_buffers = mixed() ? work_buffers_ : buffers_;
   size_t pi = 0, bi = 0;
   for (size_t i = begin; i < end; ++i) {
     Layer& layer = model.layer(i);
     LayerParams views;
     for (; pi < param_entries_.size() && param_entries_[pi].layer_index == i; ++pi) {
-      views.params.push_back(param(pi));
-      views.grads.push_back(grad(pi));
+      views.params.push_back(view_of(bound_params, param_entries_[pi]));
+      views.grads.push_back(view_of(bound_grads, param_entries_[pi]));
     }
     for (; bi < buffer_entries_.size() && buffer_entries_[bi].layer_index == i; ++bi) {
-      views.buffers.push_back(buffer(bi));
+      views.buffers.push_back(view_of(bound_buffers, buffer_entries_[bi]));
     }
     layer.bind(std::move(views));
   }
@@ -102,7 +118,44 @@ void ParamStore::initialize(uint64_t seed) {
   }
 }
 
-void ParamStore::zero_grads() { grads_.zero_(); }
+void ParamStore::zero_grads() {
+  grads_.zero_();
+  if (mixed()) work_grads_.zero_();
+}
+
+const Tensor& ParamStore::working_params() const { return mixed() ? work_params_ : params_; }
+const Tensor& ParamStore::working_grads() const { return mixed() ? work_grads_ : grads_; }
+const Tensor& ParamStore::working_buffers() const { return mixed() ? work_buffers_ : buffers_; }
+
+void ParamStore::load_working(ExecContext& ctx) {
+  load_working_params(ctx);
+  if (mixed() && buffers_.numel() > 0) ops::cast_copy_(ctx, work_buffers_, buffers_);
+}
+
+void ParamStore::load_working_params(ExecContext& ctx) {
+  if (mixed() && params_.numel() > 0) ops::cast_copy_(ctx, work_params_, params_);
+}
+
+void ParamStore::store_working_buffers(ExecContext& ctx) {
+  if (mixed() && buffers_.numel() > 0) ops::cast_copy_(ctx, buffers_, work_buffers_);
+}
+
+void ParamStore::flush_grads(ExecContext& ctx) {
+  if (mixed() && grads_.numel() > 0) ops::move_add_(ctx, grads_, work_grads_);
+}
+
+void ParamStore::flush_layer_grads(ExecContext& ctx, size_t layer_index) {
+  if (!mixed()) return;
+  // A layer's own entries are adjacent in the flat buffers (aliases point at an earlier layer).
+  int64_t lo = -1, hi = -1;
+  for (const Entry& e : param_entries_) {
+    if (e.layer_index != layer_index || e.alias) continue;
+    if (lo < 0) lo = e.offset;
+    hi = e.offset + e.numel;
+  }
+  if (lo < 0) return;
+  ops::move_add_(ctx, grads_.narrow(0, lo, hi - lo), work_grads_.narrow(0, lo, hi - lo));
+}
 
 Tensor ParamStore::view_of(const Tensor& flat, const Entry& e) const {
   return flat.narrow(0, e.offset, e.numel).view(e.shape);

@@ -5,6 +5,14 @@
 // contiguous ranges (llm.c's malloc_and_point_parameters). Every parameter starts at a multiple
 // of 16 elements (64 bytes for f32).
 //
+// Mixed precision (`compute` bf16 or f16, --precision): the flat buffers above stay f32 (the
+// master weights, gradients, statistics and optimizer state the optimizer, all-reduces and
+// checkpoints see), and the layers are bound to 16-bit working copies of the same layout instead.
+// The training loop refreshes the working weights from the masters before computing
+// (load_working), moves what a backward pass wrote into the 16-bit gradients over to the f32 ones
+// (flush_grads, flush_layer_grads: the 16-bit ones are zero again after), and copies the running
+// statistics the forward passes updated back to the masters (store_working_buffers).
+//
 // Tied parameters (ParamSpec::tied_to): when the owner is in the same store, the tied entry is an
 // alias, a second view of the owner's storage, so both layers read one weight and add into one
 // gradient, and the optimizer updates it once. When the owner is in another store (another
@@ -17,6 +25,7 @@
 #include <vector>
 
 #include "engine/allocator.h"
+#include "engine/exec_context.h"
 #include "engine/tensor.h"
 #include "graph/layer.h"
 
@@ -44,8 +53,9 @@ class ParamStore {
 
   // Lays out layers [begin, end) of `model` and binds the views to the layers. Parameters are
   // uninitialized until initialize(); gradients start at zero.
+  // `compute`: the dtype the layers compute in; kF32 (or `dtype`) binds them to the masters.
   ParamStore(Model& model, size_t begin, size_t end, Allocator& allocator,
-             DType dtype = DType::kF32);
+             DType dtype = DType::kF32, DType compute = DType::kF32);
 
   // Fills parameters and buffers from their ParamInit with Philox streams keyed by
   // (seed, "layer.name"): identical whichever range of layers a store holds.
@@ -67,6 +77,22 @@ class ParamStore {
   size_t begin() const { return begin_; }
   size_t end() const { return end_; }
 
+  // Mixed precision (see the top of this file). Without it these do nothing.
+  DType compute_dtype() const { return compute_; }
+  bool mixed() const { return compute_ != dtype_; }
+  const Tensor& working_params() const;   // (num_params,) in compute_dtype()
+  const Tensor& working_grads() const;    // (num_params,) in compute_dtype()
+  const Tensor& working_buffers() const;  // (num_buffer_elements,) in compute_dtype()
+  // Working weights and statistics = the masters, rounded.
+  void load_working(ExecContext& ctx);
+  void load_working_params(ExecContext& ctx);
+  // Master statistics = the working ones.
+  void store_working_buffers(ExecContext& ctx);
+  // Master gradients += the working ones (of every layer, or of the store's layer `layer_index`
+  // of the model, aliases excluded: an alias's gradient moves with its owner's), which become 0.
+  void flush_grads(ExecContext& ctx);
+  void flush_layer_grads(ExecContext& ctx, size_t layer_index);
+
   // Optimizer state: `slots` flat buffers laid out like params(), zero-filled when first made.
   void ensure_state(size_t slots);
   size_t state_slots() const { return state_.size(); }
@@ -79,8 +105,10 @@ class ParamStore {
   size_t begin_, end_;
   Allocator* allocator_;
   DType dtype_;
+  DType compute_;
   std::vector<Entry> param_entries_, buffer_entries_;
   Tensor params_, grads_, buffers_;
+  Tensor work_params_, work_grads_, work_buffers_;  // mixed precision only
   std::vector<Tensor> state_;
 };
 

@@ -29,7 +29,7 @@ int64_t count_targets(const Tensor& targets, int64_t ignore_index);
 
 // logits: (N, V) f32/f64; targets: (N,) i32/i64, each in [0, V) or ignore_index (anything else
 // is an error naming the row and value). Returns the loss as a scalar tensor of shape () in
-// logits' dtype.
+// logits' dtype, but f32 for bf16/f16 logits (mixed precision; the CPU computes those in f32).
 Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
                              const CrossEntropyOptions& options);
 // dlogits = dloss * (softmax(logits) - q) / normalizer for counted rows, 0 for ignored rows.
@@ -44,9 +44,9 @@ Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tens
 }  // namespace cpu
 
 // CUDA kernels (ops/cross_entropy_cuda.cu): logits f32/bf16/f16 (math in f32, the summed loss in
-// double, deterministic; loss and dlogits in logits' dtype). Targets are validated on the device
-// without synchronizing: a target outside [0, V) that is not ignore_index prints the op, row and
-// value, and traps (the CUDA context is then unusable, as after PyTorch's device-side asserts).
+// double, deterministic; the loss in f32, dlogits in logits' dtype). Targets are validated on the
+// device without synchronizing: a target outside [0, V) that is not ignore_index prints the op, row
+// and value, and traps (the CUDA context is then unusable, as after PyTorch's device-side asserts).
 namespace cuda {
 Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
                              const CrossEntropyOptions& options);

@@ -320,7 +320,8 @@ Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tenso
   constexpr const char* kOp = "cross_entropy_forward";
   const Dims d = check_cross_entropy(ctx, logits, targets, options, kOp);
   const cudaStream_t stream = ::strata::cuda::exec(ctx, kOp).stream();
-  Tensor loss = Tensor::empty({}, logits.dtype(), &ctx.allocator());
+  // f32 whatever the logits' dtype: a 16-bit loss would round away most of its digits.
+  Tensor loss = Tensor::empty({}, DType::kF32, &ctx.allocator());
   const Tensor row_loss = Tensor::empty({d.n > 0 ? d.n : 1}, DType::kF64, &ctx.allocator());
   double* prow = static_cast<double*>(row_loss.raw_data());
   const bool t64 = targets.dtype() == DType::kI64;
@@ -332,9 +333,9 @@ Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tenso
         launch_forward_rows<T, decltype(tpr)::value>(stream, x, targets, d.n, d.v, options, prow);
       });
     }
-    ce_finish_kernel<T><<<1, kFinishThreads, 0, stream>>>(prow, targets.raw_data(), t64, d.n,
-                                                          options.ignore_index, options.normalizer,
-                                                          static_cast<T*>(loss.raw_data()));
+    ce_finish_kernel<float><<<1, kFinishThreads, 0, stream>>>(
+        prow, targets.raw_data(), t64, d.n, options.ignore_index, options.normalizer,
+        static_cast<float*>(loss.raw_data()));
     STRATA_CUDA_LAUNCH_CHECK("ce_finish_kernel");
   });
   return loss;

@@ -4,7 +4,16 @@
 // the row's kernel for the ExecContext's device. A device whose column is empty fails with an
 // error naming the op and the device. Ops built from other ops (add_backward, clip_grad_norm, ...)
 // live in their op's .cpp and need no row.
+//
+// 16-bit tensors on the CPU (mixed precision, --precision bf16|fp16): the CPU kernels compute in
+// f32 (or f64), so a call whose tensors include bf16 or f16 ones runs the kernel on f32 copies of
+// them, writes the copies back into the 16-bit tensors afterwards (what the kernel accumulated in
+// place: parameter gradients, running statistics) and rounds the f32 results to the call's 16-bit
+// dtype. That is what the CUDA kernels do (load 16 bits, compute in f32, round once at the
+// store), so the CPU stays the reference of the 16-bit paths; it is not fast.
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "engine/check.h"
 #include "engine/cuda_runtime.h"
@@ -22,17 +31,26 @@
 #include "ops/matmul.h"
 #include "ops/optimizer.h"
 #include "ops/pooling.h"
+#include "ops/precision.h"
 #include "ops/shape_ops.h"
 #include "ops/softmax.h"
 
 namespace strata::ops {
 namespace {
 
+// What the CPU does with 16-bit tensors (see the top of this file).
+enum class Widen {
+  kNarrowResults,  // run on f32 copies; floating f32 results rounded to the call's 16-bit dtype
+  kKeepResults,    // run on f32 copies; results stay f32 (the loss of cross-entropy)
+  kNone,           // the kernel takes 16-bit tensors itself (the conversions)
+};
+
 template <typename Fn>
 struct OpRow {
   const char* name;
   Fn* cpu;
   Fn* cuda;
+  Widen widen;
 };
 
 template <typename T>
@@ -49,8 +67,134 @@ struct NoDeduce {
 
 // The CUDA column does not take part in deducing the kernel type, so it may be nullptr.
 template <typename Fn>
-constexpr OpRow<Fn> row(const char* name, Fn* cpu, typename NoDeduce<Fn>::type* cuda) {
-  return OpRow<Fn>{name, cpu, cuda};
+constexpr OpRow<Fn> row(const char* name, Fn* cpu, typename NoDeduce<Fn>::type* cuda,
+                        Widen widen = Widen::kNarrowResults) {
+  return OpRow<Fn>{name, cpu, cuda, widen};
+}
+
+// ---- 16-bit tensors on the CPU
+// -------------------------------------------------------------------
+
+bool is_16bit(DType d) { return d == DType::kBF16 || d == DType::kF16; }
+
+template <typename T>
+bool has_16bit(const T&) {
+  return false;
+}
+bool has_16bit(const Tensor& t) { return t.defined() && is_16bit(t.dtype()); }
+bool has_16bit(const TensorList& ts) {
+  for (const Tensor& t : ts) {
+    if (has_16bit(t)) return true;
+  }
+  return false;
+}
+bool has_16bit(const AttentionResult& r) {
+  return has_16bit(r.out) || has_16bit(r.probs) || has_16bit(r.lse);
+}
+
+template <typename T>
+struct IsTensorArg
+    : std::bool_constant<std::is_same_v<T, Tensor> || std::is_same_v<T, TensorList> ||
+                         std::is_same_v<T, AttentionResult>> {};
+
+// One call's f32 copies of its 16-bit tensors.
+class Widening {
+ public:
+  explicit Widening(ExecContext& ctx) : ctx_(ctx) {}
+
+  // Anything but a tensor passes through.
+  template <typename T, typename = std::enable_if_t<!IsTensorArg<std::decay_t<T>>::value>>
+  T&& arg(T&& x) {
+    return std::forward<T>(x);
+  }
+  Tensor arg(const Tensor& t) {
+    if (!has_16bit(t)) return t;
+    narrow_ = t.dtype();
+    for (const auto& [original, copy] : copies_) {  // the same tensor twice: one copy
+      if (original.shares_storage(t) && original.raw_data() == t.raw_data() &&
+          original.shape() == t.shape() && original.strides() == t.strides()) {
+        return copy;
+      }
+    }
+    Tensor copy = Tensor::empty(t.shape(), DType::kF32, &ctx_.allocator());
+    copy.copy_from(t);
+    copies_.emplace_back(t, copy);
+    return copy;
+  }
+  TensorList arg(const TensorList& ts) {
+    TensorList out;
+    out.reserve(ts.size());
+    for (const Tensor& t : ts) out.push_back(arg(t));
+    return out;
+  }
+  AttentionResult arg(const AttentionResult& r) {
+    return AttentionResult{arg(r.out), arg(r.probs), arg(r.lse)};
+  }
+
+  // Whatever the kernel wrote into its inputs goes back into the 16-bit tensors (a copy the
+  // kernel did not touch converts back to the same bits).
+  void write_back() {
+    for (const auto& [original, copy] : copies_) original.copy_from(copy);
+  }
+
+  // Floating f32 results in the call's 16-bit dtype.
+  void narrow(Tensor& t) const {
+    if (t.defined() && t.dtype() == DType::kF32) t = t.to(narrow_);
+  }
+  void narrow(TensorList& ts) const {
+    for (Tensor& t : ts) narrow(t);
+  }
+  void narrow(MatmulGrads& g) const {
+    narrow(g.da);
+    narrow(g.db);
+  }
+  void narrow(LinearGeluResult& r) const {
+    narrow(r.y);
+    narrow(r.pre);
+  }
+  void narrow(MaxPool2dResult& r) const { narrow(r.y); }
+  void narrow(BatchNormTrainResult& r) const {
+    narrow(r.y);
+    narrow(r.save_mean);
+    narrow(r.save_invstd);
+  }
+  void narrow(LayerNormResult& r) const {
+    narrow(r.y);
+    narrow(r.mean);
+    narrow(r.rstd);
+  }
+  void narrow(DropoutResult& r) const { narrow(r.y); }
+  void narrow(AttentionResult& r) const {  // lse stays f32, as on CUDA
+    narrow(r.out);
+    narrow(r.probs);
+  }
+  void narrow(AttentionGrads& g) const {
+    narrow(g.dq);
+    narrow(g.dk);
+    narrow(g.dv);
+  }
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+  void narrow(T&) const {}
+
+ private:
+  ExecContext& ctx_;
+  DType narrow_ = DType::kF32;
+  std::vector<std::pair<Tensor, Tensor>> copies_;  // (16-bit tensor, its f32 copy)
+};
+
+template <typename Fn, typename... Args>
+decltype(auto) call_widened(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
+  Widening w(ctx);
+  using R = decltype(r.cpu(ctx, std::forward<Args>(args)...));
+  if constexpr (std::is_void_v<R>) {
+    r.cpu(ctx, w.arg(std::forward<Args>(args))...);
+    w.write_back();
+  } else {
+    R result = r.cpu(ctx, w.arg(std::forward<Args>(args))...);
+    w.write_back();
+    if (r.widen == Widen::kNarrowResults) w.narrow(result);
+    return result;
+  }
 }
 
 template <typename Fn, typename... Args>
@@ -66,6 +210,9 @@ decltype(auto) call(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
   }
   STRATA_CHECK(kernel != nullptr) << "op " << r.name << " has no kernel for " << ctx.device().str()
                                   << " in this build";
+  if (ctx.device().is_cpu() && r.widen != Widen::kNone && (has_16bit(args) || ...)) {
+    return call_widened(r, ctx, std::forward<Args>(args)...);
+  }
   if (ctx.device().is_cuda()) {
     // An NVTX range per op on CUDA (Nsight Systems shows the op names on the stream's timeline).
     struct Range {
@@ -86,6 +233,8 @@ const auto kLinearForward =
     row("linear_forward", cpu::linear_forward, STRATA_CUDA_KERNEL(linear_forward));
 const auto kLinearBackward =
     row("linear_backward", cpu::linear_backward, STRATA_CUDA_KERNEL(linear_backward));
+const auto kLinearGeluForward =
+    row("linear_gelu_forward", cpu::linear_gelu_forward, STRATA_CUDA_KERNEL(linear_gelu_forward));
 const auto kConv2dForward =
     row("conv2d_forward", cpu::conv2d_forward, STRATA_CUDA_KERNEL(conv2d_forward));
 const auto kConv2dBackward =
@@ -144,8 +293,9 @@ const auto kSumToShape = row("sum_to_shape", cpu::sum_to_shape, STRATA_CUDA_KERN
 const auto kPermuteCopy = row("permute_copy", cpu::permute_copy, STRATA_CUDA_KERNEL(permute_copy));
 const auto kConcat = row("concat", cpu::concat, STRATA_CUDA_KERNEL(concat));
 const auto kSplit = row("split", cpu::split, STRATA_CUDA_KERNEL(split));
-const auto kCrossEntropyForward = row("cross_entropy_forward", cpu::cross_entropy_forward,
-                                      STRATA_CUDA_KERNEL(cross_entropy_forward));
+const auto kCrossEntropyForward =
+    row("cross_entropy_forward", cpu::cross_entropy_forward,
+        STRATA_CUDA_KERNEL(cross_entropy_forward), Widen::kKeepResults);
 const auto kCrossEntropyBackward = row("cross_entropy_backward", cpu::cross_entropy_backward,
                                        STRATA_CUDA_KERNEL(cross_entropy_backward));
 const auto kTopkCorrect = row("topk_correct", cpu::topk_correct, STRATA_CUDA_KERNEL(topk_correct));
@@ -153,6 +303,9 @@ const auto kSgdStep = row("sgd_step", cpu::sgd_step, STRATA_CUDA_KERNEL(sgd_step
 const auto kAdamWStep = row("adamw_step", cpu::adamw_step, STRATA_CUDA_KERNEL(adamw_step));
 const auto kSumOfSquares =
     row("sum_of_squares", cpu::sum_of_squares, STRATA_CUDA_KERNEL(sum_of_squares));
+const auto kCastCopy =
+    row("cast_copy_", cpu::cast_copy_, STRATA_CUDA_KERNEL(cast_copy_), Widen::kNone);
+const auto kMoveAdd = row("move_add_", cpu::move_add_, STRATA_CUDA_KERNEL(move_add_), Widen::kNone);
 
 // Which devices each row covers, for has_kernels_for().
 struct RowCoverage {
@@ -171,6 +324,7 @@ const RowCoverage kCoverage[] = {
     coverage(kMatmulBackward),
     coverage(kLinearForward),
     coverage(kLinearBackward),
+    coverage(kLinearGeluForward),
     coverage(kConv2dForward),
     coverage(kConv2dBackward),
     coverage(kMaxPool2dForward),
@@ -210,6 +364,8 @@ const RowCoverage kCoverage[] = {
     coverage(kSgdStep),
     coverage(kAdamWStep),
     coverage(kSumOfSquares),
+    coverage(kCastCopy),
+    coverage(kMoveAdd),
 };
 
 }  // namespace
@@ -239,6 +395,10 @@ Tensor linear_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, c
 Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                        const Tensor& dweight, const Tensor& dbias, bool need_dx) {
   return call(kLinearBackward, ctx, dy, x, weight, dweight, dbias, need_dx);
+}
+LinearGeluResult linear_gelu_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                                     const Tensor& bias) {
+  return call(kLinearGeluForward, ctx, x, weight, bias);
 }
 
 Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -386,5 +546,18 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
   call(kAdamWStep, ctx, param, grad, m, v, options, step);
 }
 double sum_of_squares(ExecContext& ctx, const Tensor& t) { return call(kSumOfSquares, ctx, t); }
+
+void cast_copy_(ExecContext& ctx, const Tensor& dst, const Tensor& src) {
+  call(kCastCopy, ctx, dst, src);
+}
+Tensor cast(ExecContext& ctx, const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor y = Tensor::empty(x.shape(), dtype, &ctx.allocator());
+  cast_copy_(ctx, y, x.contiguous());
+  return y;
+}
+void move_add_(ExecContext& ctx, const Tensor& dst, const Tensor& src) {
+  call(kMoveAdd, ctx, dst, src);
+}
 
 }  // namespace strata::ops

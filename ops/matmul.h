@@ -37,7 +37,7 @@ Tensor linear_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, cons
 //   pre = x @ weight^T + bias,  y = gelu(pre)
 // x: (..., K), weight: (M, K), bias: (M,) or undefined  ->  y and pre: (..., M). pre is what
 // gelu_backward needs (then linear_backward). On CUDA one cuBLASLt product with the
-// GELU_AUX_BIAS epilogue writes both. The public entry lives in ops/linear_gelu.cpp.
+// GELU_AUX_BIAS epilogue writes both.
 struct LinearGeluResult {
   Tensor y;
   Tensor pre;

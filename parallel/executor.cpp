@@ -16,6 +16,7 @@
 
 #include "engine/check.h"
 #include "ops/accuracy.h"
+#include "ops/precision.h"
 #include "parallel/trace.h"
 
 namespace strata::parallel {
@@ -166,8 +167,10 @@ void Executor::post_receive(const Instruction& in, MicroBatchSource& source) {
       pending->buffers.emplace_back();  // an integer tensor has no gradient
       continue;
     }
-    Tensor buffer =
-        Tensor::empty(with_rows(rows, specs[i].shape), specs[i].dtype, &ctx_.allocator());
+    // Mixed precision: floating activations and their gradients cross stages in 16 bits.
+    const DType dtype =
+        store_.mixed() && is_floating(specs[i].dtype) ? store_.compute_dtype() : specs[i].dtype;
+    Tensor buffer = Tensor::empty(with_rows(rows, specs[i].shape), dtype, &ctx_.allocator());
     pending->requests.push_back(
         comms_.pipe->irecv(buffer, peer, message_tag(gradient, in.micro_batch, i)));
     pending->buffers.push_back(std::move(buffer));
@@ -252,7 +255,13 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   const MicroBatchSource::Info info = source.info(mb);
   TensorList inputs = first_stage() ? source.input(mb) : std::move(f.inputs);
   f.inputs.clear();
-  for (Tensor& t : inputs) t = on_device(t);
+  for (Tensor& t : inputs) {
+    t = on_device(t);
+    if (store_.mixed() && t.defined() && is_floating(t.dtype())) {
+      t = ops::cast(ctx_, t, store_.compute_dtype());  // images: rounded to 16 bits
+    }
+  }
+  buffers_dirty_ = buffers_dirty_ || (training && store_.mixed());
   graph::ForwardOptions options;
   options.training = training;
   options.seed = config_.seed;
@@ -308,15 +317,25 @@ void Executor::backward(int64_t mb, bool last_of_update) {
                                           << " of micro-batch " << mb << " was not stashed";
     current = store_.params().clone();
     store_.params().copy_from(stashed->second);
+    store_.load_working_params(ctx_);
   }
-  // The update's last backward pass launches each gradient bucket once its layers are done.
+  // The update's last backward pass launches each gradient bucket once its layers are done
+  // (under mixed precision, once their gradients are in the f32 masters).
   std::function<void(size_t)> hook;
-  if (last_of_update && grouped_dp_ != nullptr && config_.grad_sync.overlap) {
-    hook = [this](size_t layer) { grouped_dp_->layer_done(updates_, layer); };
+  const bool early_buckets = last_of_update && grouped_dp_ != nullptr && config_.grad_sync.overlap;
+  if (early_buckets) {
+    hook = [this](size_t layer) {
+      store_.flush_layer_grads(ctx_, layer);
+      grouped_dp_->layer_done(updates_, layer);
+    };
   }
   TensorList grad_inputs =
       model_.backward(ctx_, range_.begin, range_.end, grads, f.tape, nullptr, hook);
-  if (current.defined()) store_.params().copy_from(current);
+  if (!early_buckets) store_.flush_grads(ctx_);  // mixed precision: into the f32 masters
+  if (current.defined()) {
+    store_.params().copy_from(current);
+    store_.load_working_params(ctx_);
+  }
   if (!first_stage()) f.grad_inputs = std::move(grad_inputs);
   f.tape.clear();  // marks the micro-batch as no longer needing its weight version
   f.dlogits = Tensor();
@@ -339,6 +358,10 @@ void Executor::reduce_gradients() {
     // backward is done (the first stage finishes last).
     comms_.pipe->barrier("ReduceGrads (--dp-overlap off: the end of the whole backward) on stage " +
                          std::to_string(range_.stage));
+  }
+  if (buffers_dirty_) {  // mixed precision: the statistics of this update's forward passes
+    store_.store_working_buffers(ctx_);
+    buffers_dirty_ = false;
   }
   if (grouped_dp_ != nullptr) grouped_dp_->end_backward(updates_);
   ++updates_;
@@ -402,6 +425,9 @@ void Executor::apply_update(StepStats* stats) {
       optimizer_.step(ctx_, optimizer_steps_, global_sum, loss_scale_);
   store_.zero_grads();
   ++optimizer_steps_;
+  // Mixed precision: the asynchronous schedule computes on the new weights within this program
+  // (a synchronous one refreshes them when its next program starts).
+  if (!is_synchronous(config_.kind)) store_.load_working_params(ctx_);
   stats->lr = info.lr;
   stats->grad_norm = info.grad_norm;
   stats->grad_sq = local_sq / (loss_scale_ * loss_scale_);  // unscaled
@@ -521,6 +547,7 @@ void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepS
 StepStats Executor::run(const Program& program, MicroBatchSource& source) {
   const auto start = Clock::now();
   StepStats stats;
+  store_.load_working(ctx_);  // mixed precision: the weights and statistics as they are now
   for (size_t i = 0; i < program.size(); ++i) {
     if (range_.stages > 1) {
       post_receives(program, i, source);
@@ -540,6 +567,10 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
     execute(program[i], source, &stats);
     if (range_.stages > 1) poll_transfers();
   }
+  if (buffers_dirty_) {  // a program without ReduceGrads (the asynchronous schedule's segments)
+    store_.store_working_buffers(ctx_);
+    buffers_dirty_ = false;
+  }
   stats.wall_seconds = seconds_since(start);
   return stats;
 }
@@ -558,6 +589,7 @@ void Executor::finish() {
 StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& source) {
   const auto start = Clock::now();
   StepStats stats;
+  store_.load_working(ctx_);
   Program program;
   for (int64_t mb = first; mb < first + count; ++mb) {
     if (!first_stage()) program.push_back({OpCode::kRecvAct, mb});

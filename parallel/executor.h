@@ -28,6 +28,14 @@
 // Without gradient clipping the optimizer step needs nothing from the other stages (the gradient
 // norm is then reported through StepStats::grad_sq and summed by the trainer); with clipping it
 // needs the global norm, an all-reduce over the pipeline.
+//
+// Mixed precision (a ParamStore whose layers compute in bf16 or f16, graph/param_store.h): the
+// stage computes on 16-bit working weights, refreshed from the f32 masters at the start of every
+// program and after every update of the asynchronous schedule; the first stage rounds floating
+// inputs to 16 bits, activations and their gradients cross stages in 16 bits, the loss is f32.
+// Every backward pass moves its 16-bit parameter gradients into the f32 master gradients (layer by
+// layer when the data-parallel hook launches buckets early), so micro-batches accumulate in f32;
+// running statistics go back to the masters before ReduceGrads averages them over the groups.
 #pragma once
 
 #include <chrono>
@@ -214,6 +222,8 @@ class Executor {
   int64_t updates_ = 0;
   double loss_scale_ = 1.0;
   bool last_backward_ = false;  // the Backward being executed is the last before a ReduceGrads
+  // Mixed precision: the working statistics changed since they were stored to the masters.
+  bool buffers_dirty_ = false;
 };
 
 }  // namespace strata::parallel

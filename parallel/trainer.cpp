@@ -198,7 +198,8 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
   }
   STRATA_CHECK_EQ(expect, model_->size()) << "the partition leaves layers after " << expect;
   const auto [begin, end] = pipeline_.partition[stage_];
-  store_ = std::make_unique<graph::ParamStore>(*model_, begin, end, ctx.allocator());
+  store_ = std::make_unique<graph::ParamStore>(*model_, begin, end, ctx.allocator(), DType::kF32,
+                                               config.compute_dtype);
   store_->initialize(config.seed);
   if (!config.init_weights.empty()) {
     const models::WeightsReadReport report =

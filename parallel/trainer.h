@@ -77,7 +77,10 @@ struct TrainConfig {
   std::string init_weights;
   CheckpointConfig checkpoint;
   NanPolicy nan_policy = NanPolicy::kAbort;
-  LossScaleConfig loss_scale;     // --loss-scale (parallel/loss_scale.h)
+  LossScaleConfig loss_scale;  // --loss-scale (parallel/loss_scale.h)
+  // --precision bf16|fp16: the layers compute in this dtype on 16-bit working copies of the f32
+  // master weights (graph/param_store.h); kF32: no mixed precision.
+  DType compute_dtype = DType::kF32;
   RunControl* control = nullptr;  // may be null
 };
 

@@ -84,9 +84,12 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Strata names, see `strata convert`) instead of initializing from --seed");
   cmd->add_option("--device", o.device, "cpu, cuda:N, or auto");
   cmd->add_option("--precision", o.precision,
-                  "Math of matrix products and convolutions: fp32, or tf32 (TF32 tensor cores on "
-                  "CUDA, fp32 accumulation; the CPU computes fp32 either way). bf16/fp16 mixed "
-                  "precision is not implemented yet and is refused")
+                  "fp32; tf32 (matrix products and convolutions on TF32 tensor cores on CUDA, "
+                  "fp32 accumulation; the CPU computes fp32); bf16 or fp16: mixed precision, "
+                  "activations, their gradients and the products' inputs in 16 bits, f32 master "
+                  "weights, gradients and optimizer state, f32 loss (fp16 turns on --loss-scale "
+                  "dynamic unless told otherwise). On the CPU 16 bits are emulated (f32 math on "
+                  "16-bit values): slower than fp32, for checking")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   cmd->add_option("--threads", o.threads,
                   "CPU threads for ops, shared by the ranks of this process (0 = all cores)");
@@ -174,7 +177,8 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "first layer) or skip (drop its update, counted in the log and metrics)")
       ->check(CLI::IsMember({"abort", "skip"}));
   cmd->add_option("--loss-scale", o.loss_scale,
-                  "Loss scaling: off, dynamic (start at 65536; a step whose gradient overflows is "
+                  "Loss scaling: auto (dynamic with --precision fp16, else off), off, dynamic "
+                  "(start at 65536; a step whose gradient overflows is "
                   "skipped, counted in the log and metrics, and the scale halves), or a fixed "
                   "power of two (e.g. 1024 or 2^10). In fp32 the weights are bit for bit those "
                   "without scaling unless a value overflows");
@@ -184,6 +188,19 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
 }
 
 namespace {
+
+// --loss-scale auto: dynamic under fp16 (whose gradients underflow without it), off otherwise.
+std::string resolved_loss_scale(const TrainOptions& o) {
+  if (o.loss_scale != "auto") return o.loss_scale;
+  return o.precision == "fp16" ? "dynamic" : "off";
+}
+
+// The dtype the layers compute in for --precision (tf32 is f32 with TF32 products).
+DType compute_dtype(const std::string& precision) {
+  if (precision == "bf16") return DType::kBF16;
+  if (precision == "fp16") return DType::kF16;
+  return DType::kF32;
+}
 
 // Signals, with --checkpoint-dir: SIGTERM (preemption) and SIGINT (Ctrl-C) ask for a checkpoint
 // at the end of the current step, then a clean stop (exit status 0); a second one stops at once
@@ -321,7 +338,12 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                              dtype_name(s.train->input_spec().dtype) + ", " +
                              std::to_string(s.train->num_classes()) + " classes"},
                {"augmentation", s.augmentation},
-               {"precision", o.precision},
+               {"precision",
+                o.precision + (compute_dtype(o.precision) != DType::kF32
+                                   ? std::string(device.is_cpu() ? " mixed, emulated on cpu (f32 "
+                                                                   "math on 16-bit values)"
+                                                                 : " mixed (f32 master weights)")
+                                   : std::string())},
                {"device", device.str() + ", " +
                               (o.threads > 0 ? std::to_string(o.threads) : "all") + " CPU threads"},
                {"layout", "G=" + std::to_string(p.groups) + " group" + (p.groups == 1 ? "" : "s") +
@@ -364,10 +386,10 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                           "; SIGTERM/SIGINT/SIGUSR1 save and stop, SIGHUP/SIGUSR2 save"},
                {"resume", o.resume.empty() ? "no" : o.resume},
                {"nan policy", o.nan_policy},
-               {"loss scale", o.loss_scale == "dynamic"
+               {"loss scale", resolved_loss_scale(o) == "dynamic"
                                   ? "dynamic, doubled after " +
                                         std::to_string(o.loss_scale_window) + " good steps"
-                                  : o.loss_scale},
+                                  : resolved_loss_scale(o)},
                {"data workers", std::to_string(o.workers)}});
   std::fflush(stdout);
 }
@@ -555,7 +577,8 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   config.checkpoint.keep_last = o.keep_last;
   config.checkpoint.resume = o.resume;
   config.nan_policy = parallel::parse_nan_policy(o.nan_policy);
-  config.loss_scale = parallel::parse_loss_scale(o.loss_scale);
+  config.loss_scale = parallel::parse_loss_scale(resolved_loss_scale(o));
+  config.compute_dtype = compute_dtype(o.precision);
   config.loss_scale.window = o.loss_scale_window;
   parallel::check_loss_scale(config.loss_scale);
   STRATA_CHECK(o.save_every >= 0 && o.keep_last >= 0)
@@ -639,9 +662,6 @@ int run_mpi(const TrainOptions& o, const Device& device) {
 }  // namespace
 
 int run_train(const TrainOptions& o) {
-  STRATA_CHECK(o.precision == "fp32" || o.precision == "tf32")
-      << "--precision " << o.precision
-      << ": bf16/fp16 mixed precision is not implemented yet; use fp32 or tf32";
   const parallel::ProcessInfo process = parallel::discover_process();
   // Several ranks on CUDA: local ranks (threads) share the one device given by --device, their
   // tensors crossing through host copies. That path has not run on a GPU yet, so --device auto

@@ -34,7 +34,7 @@ struct TrainOptions {
   uint64_t seed = 0;
   std::string init_weights;  // safetensors file to start from ("" = initialize from --seed)
   std::string device = "auto";
-  std::string precision = "fp32";  // fp32 | tf32 (bf16/fp16: refused, not implemented yet)
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (mixed precision)
   int threads = 0;
   std::string mem_limit;
   std::string metrics;
@@ -72,7 +72,7 @@ struct TrainOptions {
   int keep_last = 0;
   std::string resume;  // "", "auto", or a path
   std::string nan_policy = "abort";
-  std::string loss_scale = "off";  // off | dynamic | a power of two
+  std::string loss_scale = "auto";  // auto (dynamic under fp16, else off) | off | dynamic | 2^k
   int64_t loss_scale_window = 2000;
 };
 

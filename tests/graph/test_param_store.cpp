@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/dtype.h"
 #include "engine/exec_context.h"
 #include "graph/layers.h"
 #include "graph/model.h"
@@ -163,6 +164,75 @@ TEST(ParamStore, TiedParameterAcrossStoresIsAnEqualCopy) {
   EXPECT_EQ(last.tied_copies(), std::vector<size_t>{0});
   EXPECT_TRUE(first.tied_copies().empty());
   EXPECT_EQ(first.param(0).to_vector<float>(), last.param(0).to_vector<float>());
+}
+
+// Mixed precision: the layers see 16-bit working copies, the masters stay f32.
+TEST(ParamStore, MixedPrecisionBindsLayersToWorkingCopies) {
+  auto m = small_model();
+  ParamStore store(*m, 0, m->size(), default_cpu_allocator(), DType::kF32, DType::kBF16);
+  store.initialize(5);
+  ASSERT_TRUE(store.mixed());
+  EXPECT_EQ(store.params().dtype(), DType::kF32);
+  EXPECT_EQ(store.grads().dtype(), DType::kF32);
+  EXPECT_EQ(store.buffers().dtype(), DType::kF32);
+  EXPECT_EQ(store.working_params().dtype(), DType::kBF16);
+  EXPECT_EQ(store.working_buffers().dtype(), DType::kBF16);
+  ExecContext ctx;
+  store.load_working(ctx);
+  const std::vector<float> master = store.params().to_vector<float>();
+  const std::vector<float> work = store.working_params().to_vector<float>();
+  for (size_t i = 0; i < master.size(); ++i) {
+    ASSERT_EQ(work[i], bf16_to_float(float_to_bf16(master[i]))) << i;
+  }
+  // A training forward and backward: the layers write 16-bit gradients and statistics only.
+  const Tensor x = Tensor::from_vector<float>({0.5f, -1.0f, 2.0f, 1.5f, 0.25f, -0.5f}, {2, 3});
+  Tape tape;
+  ForwardOptions options;
+  options.training = true;
+  const Tensor y = m->forward(ctx, 0, m->size(), {x.to(DType::kBF16)}, tape, options)[0];
+  EXPECT_EQ(y.dtype(), DType::kBF16);
+  m->backward(ctx, 0, m->size(), {Tensor::full(y.shape(), 1.0, DType::kBF16)}, tape);
+  EXPECT_EQ(global_norm_of(store.grads()), 0.0);
+  const std::vector<float> work_grads = store.working_grads().to_vector<float>();
+  EXPECT_GT(global_norm_of(store.working_grads().to(DType::kF32)), 0.0);
+  // Layer by layer into the masters (fc2 first, as a backward pass finishes them), then clear.
+  store.flush_layer_grads(ctx, 3);
+  const std::vector<float> after_fc2 = store.grads().to_vector<float>();
+  const ParamStore::Entry& fc2 = store.param_entries()[4];
+  for (int64_t i = 0; i < static_cast<int64_t>(after_fc2.size()); ++i) {
+    const bool in_fc2 = i >= fc2.offset && i < fc2.offset + fc2.numel;
+    ASSERT_EQ(after_fc2[i], in_fc2 ? work_grads[i] : 0.0f) << i;
+  }
+  store.flush_grads(ctx);
+  EXPECT_EQ(store.grads().to_vector<float>(), work_grads);
+  EXPECT_EQ(global_norm_of(store.working_grads().to(DType::kF32)), 0.0);
+  // Running statistics: the forward updated the working copy; store_working_buffers commits them.
+  EXPECT_NE(store.working_buffers().to_vector<float>(), store.buffers().to_vector<float>());
+  store.store_working_buffers(ctx);
+  EXPECT_EQ(store.working_buffers().to_vector<float>(), store.buffers().to_vector<float>());
+  // Without mixed precision every call is a no-op on the masters the layers use directly.
+  ParamStore plain(*small_model(), 0, 4, default_cpu_allocator());
+  EXPECT_FALSE(plain.mixed());
+  EXPECT_TRUE(plain.working_params().shares_storage(plain.params()));
+  EXPECT_THROW(ParamStore(*small_model(), 0, 4, default_cpu_allocator(), DType::kF32, DType::kI32),
+               Error);
+}
+
+TEST(ParamStore, MixedPrecisionTiedAliasMovesWithItsOwner) {
+  auto m = tied_model();
+  ParamStore store(*m, 0, m->size(), default_cpu_allocator(), DType::kF32, DType::kF16);
+  store.initialize(3);
+  ExecContext ctx;
+  store.load_working(ctx);
+  Tape tape;
+  const Tensor x = Tensor::from_vector<float>({0.5f, -1.0f, 2.0f, 0.25f}, {1, 4});
+  const Tensor y = m->forward(ctx, 0, 3, {x.to(DType::kF16)}, tape, {})[0];
+  m->backward(ctx, 0, 3, {Tensor::full(y.shape(), 1.0, DType::kF16)}, tape);
+  const std::vector<float> both = store.working_grads().to_vector<float>();
+  store.flush_layer_grads(ctx, 2);  // the head: an alias, nothing of its own to move
+  EXPECT_EQ(global_norm_of(store.grads()), 0.0);
+  store.flush_layer_grads(ctx, 0);  // the owner moves the sum of both uses
+  EXPECT_EQ(store.grads().to_vector<float>(), both);
 }
 
 TEST(Optimizer, SkipsAStepWithANonFiniteGradientAndNamesTheFirstParameter) {

@@ -2,7 +2,8 @@
 // on cuda:0 from the same seed and data give the same per-step losses within a float32 bound
 // (the kernels sum in other orders; dropout masks are the same Philox stream on both devices).
 // The same tiny GPT-2 as a pipeline of 2 local ranks (threads) on one device gives the losses of
-// the single device. Skips without a GPU.
+// the single device. Both again in bf16 and fp16 mixed precision against the CPU's emulation of
+// them. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,8 +29,11 @@ class LossRecorder final : public parallel::TrainObserver {
 
 std::vector<double> train_losses(Device device, const proto::ModelSpec& spec,
                                  std::shared_ptr<const io::Dataset> data, int64_t batch,
-                                 const parallel::PipelineConfig& pipeline = {}) {
+                                 const parallel::PipelineConfig& pipeline = {},
+                                 DType compute = DType::kF32) {
   parallel::TrainConfig config;
+  config.compute_dtype = compute;
+  if (compute == DType::kF16) config.loss_scale = parallel::parse_loss_scale("dynamic");
   config.steps = 6;
   config.batch_size = batch;
   config.seed = 3;
@@ -98,6 +102,40 @@ TEST(CudaTraining, TinyResNetLossesMatchTheCpu) {
   const std::vector<double> cpu = train_losses(Device::cpu(), spec, data, 16);
   const std::vector<double> gpu = train_losses(Device::cuda(0), spec, data, 16);
   expect_same_losses(gpu, cpu, 1e-4);
+}
+
+// Mixed precision: the CPU emulates 16 bits (f32 math on 16-bit values, rounded where CUDA rounds),
+// so the two devices follow the same 16-bit path; they differ only in summation orders, whose
+// effects bf16's 8-bit mantissa magnifies. The 16-bit runs also stay near the f32 one.
+TEST(CudaTraining, TinyGpt2MixedPrecisionLossesMatchTheCpu) {
+  STRATA_REQUIRE_CUDA();
+  const TinyGpt2 g;
+  const std::vector<double> f32 = train_losses(Device::cpu(), g.spec, g.data, 8);
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const std::vector<double> cpu = train_losses(Device::cpu(), g.spec, g.data, 8, {}, d);
+    const std::vector<double> gpu = train_losses(Device::cuda(0), g.spec, g.data, 8, {}, d);
+    expect_same_losses(gpu, cpu, d == DType::kBF16 ? 2e-2 : 5e-3);
+    expect_same_losses(gpu, f32, d == DType::kBF16 ? 3e-2 : 1e-2);
+  }
+}
+
+TEST(CudaTraining, TinyResNetMixedPrecisionLossesMatchTheCpu) {
+  STRATA_REQUIRE_CUDA();
+  io::SyntheticImageOptions options;
+  options.samples = 256;
+  options.channels = 3;
+  options.height = 32;
+  options.width = 32;
+  options.num_classes = 10;
+  auto data = io::open_synthetic_images(io::Split::kTrain, options);
+  const proto::ModelSpec spec = models::model_spec("resnet", "tiny", {3, 32, 32}, 10);
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const std::vector<double> cpu = train_losses(Device::cpu(), spec, data, 16, {}, d);
+    const std::vector<double> gpu = train_losses(Device::cuda(0), spec, data, 16, {}, d);
+    expect_same_losses(gpu, cpu, d == DType::kBF16 ? 3e-2 : 1e-2);
+  }
 }
 
 // Issue 5's GPU check: 2 stages as local ranks on one device (activations, gradients and the tied

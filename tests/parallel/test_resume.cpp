@@ -2,10 +2,13 @@
 // bitwise equal (single process and pipelines of local ranks, with dropout, batch norm, AdamW and
 // a cosine schedule with warm-up); a checkpoint of one layout loads into another; stop and save
 // requests are agreed by every rank; non-finite steps are skipped or stop the run; checkpoints
-// that do not fit are refused with nothing loaded.
+// that do not fit are refused with nothing loaded; loss scaling; mixed precision (bf16/fp16 on f32
+// master weights) near fp32, bit for bit across layouts and resumes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -668,6 +671,115 @@ TEST(OutOfMemory, NamesTheStageLayerMicroBatchAndBytes) {
   expect_parts(out_of_memory(2, 1),
                {"RecvAct(mb 0) on stage 1 from stage 0 (step 1, 32 rows), "
                 "receive buffer: out of memory on cpu: cannot allocate 2.00 KiB"});
+}
+
+// ---- mixed precision (--precision bf16|fp16) ---------------------------------------------------
+
+TrainConfig mixed(DType compute) {
+  TrainConfig c = config();
+  c.compute_dtype = compute;
+  if (compute == DType::kF16) c.loss_scale = parse_loss_scale("dynamic");
+  c.log_every = 1;
+  return c;
+}
+
+class StepLosses final : public TrainObserver {
+ public:
+  void on_log(const StepRecord& r) override { losses.push_back(r.loss); }
+  std::vector<double> losses;
+};
+
+// ||a - b|| / ||b|| over every tensor (Adam's normalized steps make single weights a poor
+// measure: a gradient near zero moves its weight by about the learning rate either way).
+double relative_distance(const Weights& a, const Weights& b) {
+  double diff = 0.0, norm = 0.0;
+  for (const auto& [name, vb] : b) {
+    const auto& va = a.at(name);
+    for (size_t i = 0; i < vb.size(); ++i) {
+      diff += (double(va[i]) - vb[i]) * (double(va[i]) - vb[i]);
+      norm += double(vb[i]) * vb[i];
+    }
+  }
+  return std::sqrt(diff / norm);
+}
+
+// On the CPU 16 bits are emulated (f32 math on 16-bit values, rounded where the CUDA kernels
+// round): the run takes the 16-bit path, with f32 master weights, and stays near the f32 run. With
+// batch norm the losses only: the bias before it has no gradient but rounding noise, which AdamW
+// turns into steps of the learning rate, so that bias (and the running mean) wander.
+TEST(MixedPrecision, TrainsCloseToFp32OnF32MasterWeights) {
+  auto data = std::make_shared<Classes>();
+  for (const PipelineConfig& p : {layout(1, 1, 1), layout(2, 2, 2)}) {
+    for (bool batch_norm : {false, true}) {
+      StepLosses f32_losses;
+      const Outcome f32 = run(mixed(DType::kF32), p, spec(batch_norm), data, true, &f32_losses);
+      ASSERT_EQ(f32_losses.losses.size(), static_cast<size_t>(kSteps));
+      for (DType d : {DType::kBF16, DType::kF16}) {
+        SCOPED_TRACE(std::string(dtype_name(d)) + " stages " + std::to_string(p.stages) +
+                     " groups " + std::to_string(p.groups) + (batch_norm ? " batch norm" : ""));
+        StepLosses losses;
+        const Outcome o = run(mixed(d), p, spec(batch_norm), data, true, &losses);
+        ASSERT_EQ(losses.losses.size(), f32_losses.losses.size());
+        double worst = 0.0;
+        for (size_t i = 0; i < losses.losses.size(); ++i) {
+          ASSERT_TRUE(std::isfinite(losses.losses[i])) << "step " << i + 1;
+          worst = std::max(worst, std::fabs(losses.losses[i] - f32_losses.losses[i]) /
+                                      std::fabs(f32_losses.losses[i]));
+        }
+        const double moved = relative_distance(o.weights, f32.weights);
+        std::printf("%s S=%d G=%d%s: worst relative loss difference %.2e, weights %.2e apart\n",
+                    dtype_name(d), p.stages, p.groups, batch_norm ? " (batch norm)" : "", worst,
+                    moved);
+        EXPECT_LT(worst, d == DType::kBF16 ? 1e-2 : 1e-3);
+        EXPECT_GT(moved, 0.0);  // 16 bits really ran: the weights are not the f32 run's
+        if (!batch_norm) EXPECT_LT(moved, d == DType::kBF16 ? 2e-2 : 1e-2);
+        EXPECT_LT(losses.losses.back(), losses.losses.front());  // it trained
+        EXPECT_EQ(o.summary.overflow_steps, 0);
+      }
+    }
+  }
+}
+
+// The 16-bit path has the f32 path's structure: a pipeline runs the single process's micro-batches
+// in the same order (activations cross stages in 16 bits, as they pass between layers in one
+// process), and launching the groups' all-reduces early moves each layer's gradients into the f32
+// masters as it finishes instead of after the whole backward: both bit for bit.
+TEST(MixedPrecision, PipelinesAndEarlyAllReducesAreBitForBit) {
+  auto data = std::make_shared<Classes>();
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const Outcome one = run(mixed(d), layout(1, 1, 2), spec(true), data);
+    EXPECT_EQ(run(mixed(d), layout(2, 1, 2), spec(true), data).weights, one.weights);
+    EXPECT_EQ(run(mixed(d), layout(3, 1, 2), spec(true), data).weights, one.weights);
+    PipelineConfig late = layout(2, 2, 2);
+    late.grad_sync.overlap = false;
+    PipelineConfig early = layout(2, 2, 2);
+    early.grad_sync.bucket_mb = 0.0005;  // several buckets, launched layer by layer
+    EXPECT_EQ(run(mixed(d), early, spec(true), data).weights,
+              run(mixed(d), late, spec(true), data).weights);
+  }
+}
+
+// Checkpoints hold the f32 masters (and the loss scale): a resumed 16-bit run is bit for bit the
+// uninterrupted one.
+TEST(MixedPrecision, ResumeIsBitwiseExact) {
+  expect_exact_resume(layout(2, 1, 2), true, 5, "bf16_pipeline", mixed(DType::kBF16));
+  expect_exact_resume(layout(1, 1, 1), true, 7, "fp16", mixed(DType::kF16));
+}
+
+// async-1f1b: backward passes on stashed versions recompute on the 16-bit copy of that version.
+TEST(MixedPrecision, AsynchronousScheduleStaysNearFp32) {
+  auto data = std::make_shared<Classes>();
+  PipelineConfig p = layout(2, 1, 4);
+  p.schedule = ScheduleKind::kAsync1F1B;
+  TrainConfig f32 = config(), bf16 = config();
+  bf16.compute_dtype = DType::kBF16;
+  const Outcome reference = run(f32, p, spec(false), data);
+  const Outcome o = run(bf16, p, spec(false), data);
+  const double moved = relative_distance(o.weights, reference.weights);
+  std::printf("async-1f1b bf16: weights %.2e apart from f32\n", moved);
+  EXPECT_GT(moved, 0.0);
+  EXPECT_LT(moved, 5e-2);
 }
 
 }  // namespace

@@ -285,6 +285,6 @@ TEST(CheckpointCli, LossScaleIsShownInTheLogAndMetrics) {
   EXPECT_TRUE(contains(r.output, "--loss-scale must be off, dynamic, or a power of two"))
       << r.output;
   r = run_cli("train --help");
-  EXPECT_TRUE(contains(r.output, "--loss-scale TEXT=off")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--loss-scale TEXT=auto")) << r.output;
   EXPECT_TRUE(contains(r.output, "--loss-scale-window INT=2000")) << r.output;
 }

@@ -93,11 +93,16 @@ TEST(Cli, BadValuesAreErrorsNotCrashes) {
   EXPECT_EQ(run_cli("train --optimizer lion --steps 1 --train-samples 64 --test-samples 64").status,
             1);
   EXPECT_EQ(run_cli("train --mem-limit lots --steps 1").status, 1);
-  // Mixed precision is refused by name, not run as fp32.
-  const Result bf16 = run_cli("train --precision bf16 --steps 1");
-  EXPECT_EQ(bf16.status, 1);
-  EXPECT_TRUE(contains(bf16.output, "--precision bf16")) << bf16.output;
-  EXPECT_TRUE(contains(bf16.output, "not implemented")) << bf16.output;
+  // Mixed precision runs, and says how on the CPU; fp16 turns dynamic loss scaling on.
+  const Result bf16 =
+      run_cli("train --precision bf16 --steps 2 --train-samples 64 --test-samples 64");
+  EXPECT_EQ(bf16.status, 0) << bf16.output;
+  EXPECT_TRUE(contains(bf16.output, "bf16 mixed, emulated on cpu")) << bf16.output;
+  EXPECT_TRUE(contains(bf16.output, "loss scale       off")) << bf16.output;
+  const Result fp16 =
+      run_cli("train --precision fp16 --steps 2 --train-samples 64 --test-samples 64");
+  EXPECT_EQ(fp16.status, 0) << fp16.output;
+  EXPECT_TRUE(contains(fp16.output, "loss scale       dynamic")) << fp16.output;
   EXPECT_NE(run_cli("train --precision fp64 --steps 1").status, 0);
   EXPECT_EQ(run_cli("train --batch-size 0 --steps 1 --train-samples 64 --test-samples 64").status,
             1);
