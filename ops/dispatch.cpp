@@ -11,6 +11,7 @@
 // place: parameter gradients, running statistics) and rounds the f32 results to the call's 16-bit
 // dtype. That is what the CUDA kernels do (load 16 bits, compute in f32, round once at the
 // store), so the CPU stays the reference of the 16-bit paths; it is not fast.
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -77,6 +78,8 @@ constexpr OpRow<Fn> row(const char* name, Fn* cpu, typename NoDeduce<Fn>::type* 
 
 bool is_16bit(DType d) { return d == DType::kBF16 || d == DType::kF16; }
 
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
+
 template <typename T>
 bool has_16bit(const T&) {
   return false;
@@ -131,10 +134,28 @@ class Widening {
     return AttentionResult{arg(r.out), arg(r.probs), arg(r.lse)};
   }
 
-  // Whatever the kernel wrote into its inputs goes back into the 16-bit tensors (a copy the
-  // kernel did not touch converts back to the same bits).
-  void write_back() {
-    for (const auto& [original, copy] : copies_) original.copy_from(copy);
+  // Whatever the kernel wrote into its inputs (accumulated gradients, running statistics) goes
+  // back into the 16-bit tensors. Only the elements that changed are written: an input the kernel
+  // only read is not written at all (another thread may be reading it: a tensor being sent).
+  void write_back() const {
+    for (const auto& [original, copy] : copies_) {
+      if (!original.is_contiguous()) {  // not seen from the layers; converts back exactly
+        original.copy_from(copy);
+        continue;
+      }
+      const float* c = copy.data<float>();
+      if (original.dtype() == DType::kBF16) {
+        BFloat16* o = original.data<BFloat16>();
+        for (int64_t i = 0; i < copy.numel(); ++i) {
+          if (!same_bits(c[i], bf16_to_float(o[i]))) o[i] = float_to_bf16(c[i]);
+        }
+      } else {
+        Half* o = original.data<Half>();
+        for (int64_t i = 0; i < copy.numel(); ++i) {
+          if (!same_bits(c[i], half_to_float(o[i]))) o[i] = float_to_half(c[i]);
+        }
+      }
+    }
   }
 
   // Floating f32 results in the call's 16-bit dtype.

@@ -289,13 +289,15 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   const Tensor flat_target = target.reshape({-1});
   ops::CrossEntropyOptions loss = config_.loss;
   loss.normalizer = training ? info.loss_normalizer : 1.0;  // evaluation: sum of the losses
-  stats->loss += ops::cross_entropy_forward(ctx_, flat_logits, flat_target, loss)
-                     .to(DType::kF64)
-                     .item<double>();
+  // The loss is read when the program ends (collect_losses): reading it here would make the host
+  // wait for the device before it could queue the backward.
+  losses_.push_back(ops::cross_entropy_forward(ctx_, flat_logits, flat_target, loss));
   stats->counted += ops::count_targets(host_target.reshape({-1}), loss.ignore_index);
-  stats->top1 += ops::topk_correct(ctx_, flat_logits, flat_target, 1, loss.ignore_index);
-  if (flat_logits.size(1) >= 5) {
-    stats->top5 += ops::topk_correct(ctx_, flat_logits, flat_target, 5, loss.ignore_index);
+  if (!training) {  // accuracy is reported for evaluations only (it waits for the device)
+    stats->top1 += ops::topk_correct(ctx_, flat_logits, flat_target, 1, loss.ignore_index);
+    if (flat_logits.size(1) >= 5) {
+      stats->top5 += ops::topk_correct(ctx_, flat_logits, flat_target, 5, loss.ignore_index);
+    }
   }
   if (training) {
     f.dlogits = ops::cross_entropy_backward(ctx_, flat_logits, flat_target, loss, loss_scale_)
@@ -571,8 +573,14 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
     store_.store_working_buffers(ctx_);
     buffers_dirty_ = false;
   }
+  collect_losses(&stats);
   stats.wall_seconds = seconds_since(start);
   return stats;
+}
+
+void Executor::collect_losses(StepStats* stats) {
+  for (const Tensor& loss : losses_) stats->loss += loss.to(DType::kF64).item<double>();
+  losses_.clear();
 }
 
 void Executor::finish() {
@@ -610,6 +618,7 @@ StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& sou
     }
     if (range_.stages > 1) poll_transfers();
   }
+  collect_losses(&stats);
   stats.wall_seconds = seconds_since(start);
   return stats;
 }

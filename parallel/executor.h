@@ -98,7 +98,7 @@ struct ExecutorConfig {
 
 struct StepStats {
   // Last stage only (zero elsewhere): sum over micro-batches of their normalized losses, and the
-  // counts for accuracy.
+  // counts for accuracy (top1/top5: evaluate() only).
   double loss = 0.0;
   int64_t counted = 0;
   int64_t top1 = 0;
@@ -185,6 +185,8 @@ class Executor {
   void optimizer_step(StepStats* stats);
   void apply_update(StepStats* stats);
   void drain_sends();
+  // Adds the losses of the program's micro-batches (in their order) to stats->loss.
+  void collect_losses(StepStats* stats);
   // Tests the pending receives and sends: frees the buffers of completed sends and records the
   // transfers that completed since the last call (trace).
   void poll_transfers();
@@ -222,6 +224,8 @@ class Executor {
   int64_t updates_ = 0;
   double loss_scale_ = 1.0;
   bool last_backward_ = false;  // the Backward being executed is the last before a ReduceGrads
+  // The last stage's loss of each micro-batch of the running program, read when it ends.
+  std::vector<Tensor> losses_;
   // Mixed precision: the working statistics changed since they were stored to the masters.
   bool buffers_dirty_ = false;
 };
