@@ -31,6 +31,25 @@ std::string device_name(int index) {
   return prop.name;
 }
 
+std::string device_uuid(int index) {
+  if (index < 0 || index >= device_count()) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "";
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (char byte : prop.uuid.bytes) {
+    const auto b = static_cast<unsigned char>(byte);
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  return hex;
+}
+
+void synchronize_device(int device) {
+  STRATA_CUDA_CHECK(cudaSetDevice(device));
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void memcpy_blocking(void* dst, Device dst_device, const void* src, Device src_device,
                      size_t nbytes) {
   if (nbytes == 0) return;
@@ -116,6 +135,23 @@ float Event::elapsed_ms_since(const Event& start) const {
   STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
   return ms;
 }
+
+struct StreamHandle::State {
+  Stream stream;
+  Event ready;  // recorded on a producer stream by wait_for
+  explicit State(int device) : stream(device) {}
+};
+
+StreamHandle::StreamHandle(int device) : state_(new State(device)) {}
+StreamHandle::~StreamHandle() { delete state_; }
+void* StreamHandle::get() const { return state_->stream.get(); }
+int StreamHandle::device() const { return state_->stream.device(); }
+void StreamHandle::wait_for(void* producer) {
+  STRATA_CUDA_CHECK(cudaSetDevice(state_->stream.device()));
+  state_->ready.record(static_cast<cudaStream_t>(producer));
+  state_->ready.block(state_->stream.get());
+}
+void StreamHandle::synchronize() const { state_->stream.synchronize(); }
 
 // ---- the state of a CUDA ExecContext -----------------------------------------------------------
 

@@ -19,6 +19,11 @@ bool built_with_cuda();
 // as zero devices.
 int device_count();
 std::string device_name(int index);  // "" when the device does not exist
+// The device's UUID as 32 hex digits ("" when it does not exist): the same GPU seen by several
+// processes, whatever their CUDA_VISIBLE_DEVICES, has one UUID.
+std::string device_uuid(int index);
+// Waits on the host until cuda:`device` has finished everything enqueued on it, on every stream.
+void synchronize_device(int device);
 // Copies nbytes between any two of host and CUDA memory, then waits for the copy to finish.
 void memcpy_blocking(void* dst, Device dst_device, const void* src, Device src_device,
                      size_t nbytes);
@@ -37,6 +42,30 @@ void* exec_stream(const CudaExec* exec);
 void synchronize_exec(const CudaExec* exec);
 // Selects TF32 tensor-core products for fp32 matrix products on this context (or full fp32).
 void set_tf32(CudaExec* exec, bool enabled);
+
+// A non-blocking stream of its own on cuda:`device` (a cuda::Stream, engine/cuda_exec.h) with an
+// event for ordering it after other streams, for code compiled without the CUDA headers (the
+// executor's send and receive streams). Destroyed with the object; constructing one throws in a
+// build without CUDA.
+class StreamHandle {
+ public:
+  explicit StreamHandle(int device);
+  ~StreamHandle();
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+
+  void* get() const;  // the cudaStream_t
+  int device() const;
+  // Makes this stream wait, on the device, for the work enqueued on `producer` (a cudaStream_t of
+  // the same device) so far: an event recorded there. The host does not wait.
+  void wait_for(void* producer);
+  // Waits on the host for everything enqueued on this stream so far.
+  void synchronize() const;
+
+ private:
+  struct State;
+  State* state_ = nullptr;
+};
 
 // NVTX ranges (shown by Nsight Systems); no-ops without CUDA.
 void range_push(const char* name);

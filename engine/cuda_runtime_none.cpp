@@ -17,6 +17,8 @@ namespace {
 bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 std::string device_name(int) { return ""; }
+std::string device_uuid(int) { return ""; }
+void synchronize_device(int device) { no_cuda("synchronizing cuda:" + std::to_string(device)); }
 
 void memcpy_blocking(void*, Device dst_device, const void*, Device src_device, size_t) {
   no_cuda("copy " + src_device.str() + " -> " + dst_device.str());
@@ -31,6 +33,12 @@ void destroy_exec(CudaExec* exec) {
 void* exec_stream(const CudaExec*) { return nullptr; }
 void synchronize_exec(const CudaExec*) {}
 void set_tf32(CudaExec*, bool) {}
+StreamHandle::StreamHandle(int device) { no_cuda("a stream on cuda:" + std::to_string(device)); }
+StreamHandle::~StreamHandle() = default;
+void* StreamHandle::get() const { return nullptr; }
+int StreamHandle::device() const { return 0; }
+void StreamHandle::wait_for(void*) { no_cuda("stream ordering"); }
+void StreamHandle::synchronize() const {}
 void range_push(const char*) {}
 void range_pop() {}
 

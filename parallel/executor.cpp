@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "engine/check.h"
+#include "engine/cuda_runtime.h"
 #include "ops/accuracy.h"
 #include "ops/precision.h"
 #include "parallel/trace.h"
@@ -47,6 +48,38 @@ bool is_compute(OpCode op) {
 }
 
 }  // namespace
+
+void StageLinks::attach(StageComms* comms) const {
+  comms->act_in = act_in.get();
+  comms->act_out = act_out.get();
+  comms->grad_in = grad_in.get();
+  comms->grad_out = grad_out.get();
+}
+
+StageLinks make_stage_links(Communicator& pipe, int stage, int stages) {
+  STRATA_CHECK(stages >= 1 && pipe.size() == stages && pipe.rank() == stage)
+      << "make_stage_links: stage " << stage << " of " << stages << " over a communicator of "
+      << pipe.size() << " ranks (rank " << pipe.rank() << ")";
+  StageLinks links;
+  for (const bool gradients : {false, true}) {
+    for (int parity = 0; parity < 2; ++parity) {
+      if (parity > stages - 2) continue;  // no boundary of this parity (every stage agrees)
+      // The boundary of this parity that touches this stage: above it (b = stage) or below it.
+      const int b = stage % 2 == parity ? stage : stage - 1;
+      const bool here = b >= 0 && b <= stages - 2;
+      std::unique_ptr<Communicator> link = pipe.split(here ? b : -1, stage);
+      if (!here) continue;
+      STRATA_CHECK(link != nullptr && link->size() == 2 && link->rank() == (b == stage ? 0 : 1))
+          << "make_stage_links: the link between stages " << b << " and " << b + 1 << " on stage "
+          << stage << " is not the expected pair";
+      std::unique_ptr<Communicator>& slot = b == stage
+                                                ? (gradients ? links.grad_in : links.act_out)
+                                                : (gradients ? links.grad_out : links.act_in);
+      slot = std::move(link);
+    }
+  }
+  return links;
+}
 
 struct Executor::InFlight {
   Tape tape;
@@ -114,6 +147,49 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
   STRATA_CHECK(config.grad_sync.delay == 0 || is_synchronous(config.kind))
       << "--dp-delay " << config.grad_sync.delay << " needs a synchronous schedule (gpipe or "
       << "1f1b); " << schedule_name(config.kind) << " already updates without a flush";
+  // Point-to-point links: all that this stage needs, or none.
+  const bool has_links = comms.act_in != nullptr || comms.act_out != nullptr ||
+                         comms.grad_in != nullptr || comms.grad_out != nullptr;
+  if (has_links) {
+    const bool up = range.stage > 0, down = range.stage < range.stages - 1;
+    STRATA_CHECK((comms.act_in != nullptr) == up && (comms.grad_out != nullptr) == up &&
+                 (comms.act_out != nullptr) == down && (comms.grad_in != nullptr) == down)
+        << "executor: stage " << range.stage << " of " << range.stages
+        << " needs a link per direction to each neighbouring stage, and no other";
+    for (Communicator* link : {comms.act_in, comms.act_out, comms.grad_in, comms.grad_out}) {
+      STRATA_CHECK(link == nullptr || link->size() == 2)
+          << "executor: a link between stages has " << link->size() << " ranks, not 2";
+    }
+  }
+  const bool ordered =
+      range.stages > 1 &&
+      (has_links ? (comms.act_in != nullptr ? comms.act_in : comms.act_out)->stream_ordered()
+                 : comms.pipe->stream_ordered());
+  STRATA_CHECK(!ordered || has_links)
+      << "executor: stage " << range.stage << ": the " << comms.pipe->backend()
+      << " pipeline communicator runs its transfers one after another, so a pipeline over it "
+         "needs a link per direction between neighbouring stages (make_stage_links)";
+  late_receives_ = ordered;
+  // CUDA: transfers on streams of their own, ordered after the compute stream by events; the
+  // all-reduces of tied parameters and of the data-parallel gradients after the compute stream.
+  if (ctx.device().is_cuda()) {
+    auto use_stream = [this](Communicator* c, void* stream) {
+      if (c == nullptr) return;
+      c->set_caller_stream(stream);
+      stream_users_.push_back(c);
+    };
+    if (range.stages > 1) {
+      send_stream_ = std::make_unique<cuda::StreamHandle>(ctx.device().index);
+      recv_stream_ = std::make_unique<cuda::StreamHandle>(ctx.device().index);
+      use_stream(comms.act_out, send_stream_->get());
+      use_stream(comms.grad_out, send_stream_->get());
+      use_stream(comms.act_in, recv_stream_->get());
+      use_stream(comms.grad_in, recv_stream_->get());
+    }
+    use_stream(comms.pipe, compute_stream());
+    use_stream(comms.tied, compute_stream());
+    use_stream(comms.dp, compute_stream());  // before the split below, which inherits it
+  }
   if (comms.dp != nullptr && comms.dp->size() > 1) {
     // A communicator of its own for the communication thread (collective over the groups).
     grouped_dp_ =
@@ -122,7 +198,28 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
   }
 }
 
-Executor::~Executor() = default;
+Executor::~Executor() {
+  // The caller streams set here may not outlive this executor (its send and receive streams).
+  for (Communicator* c : stream_users_) c->set_caller_stream(nullptr);
+}
+
+void* Executor::compute_stream() const { return cuda::exec_stream(ctx_.cuda()); }
+
+Executor::Route Executor::route(OpCode op) const {
+  const int stage = range_.stage;
+  switch (op) {
+    case OpCode::kSendAct:
+      return comms_.act_out != nullptr ? Route{comms_.act_out, 1} : Route{comms_.pipe, stage + 1};
+    case OpCode::kRecvAct:
+      return comms_.act_in != nullptr ? Route{comms_.act_in, 0} : Route{comms_.pipe, stage - 1};
+    case OpCode::kSendGrad:
+      return comms_.grad_out != nullptr ? Route{comms_.grad_out, 0} : Route{comms_.pipe, stage - 1};
+    case OpCode::kRecvGrad:
+      return comms_.grad_in != nullptr ? Route{comms_.grad_in, 1} : Route{comms_.pipe, stage + 1};
+    default:
+      STRATA_THROW() << "executor: " << to_string(Instruction{op, -1}) << " is not a transfer";
+  }
+}
 
 std::string Executor::describe(const Instruction& in) const {
   std::ostringstream s;
@@ -139,6 +236,7 @@ Executor::InFlight& Executor::state(int64_t mb) {
 }
 
 void Executor::post_receives(const Program& program, size_t from, MicroBatchSource& source) {
+  if (late_receives_) return;  // posted by take_receive (see the header)
   const size_t to = std::min(program.size(), from + static_cast<size_t>(config_.lookahead) + 1);
   for (size_t i = from; i < to; ++i) {
     const Instruction& in = program[i];
@@ -158,10 +256,16 @@ void Executor::post_receive(const Instruction& in, MicroBatchSource& source) {
   const bool gradient = in.op == OpCode::kRecvGrad;
   const int64_t rows = source.info(in.micro_batch).rows;
   const graph::TensorSpecs& specs = model_.specs_before(gradient ? range_.end : range_.begin);
-  const int peer = gradient ? range_.stage + 1 : range_.stage - 1;
+  const Route from = route(in.op);
   auto pending = std::make_unique<PendingRecv>();
   pending->instruction = in;
   pending->posted = Clock::now();
+  if (recv_stream_ != nullptr && from.comm->stream_ordered()) {
+    // The buffers come from the compute stream's caching allocator and may be memory that compute
+    // work still queued uses: the backend's stream follows the receive stream, which waits for
+    // that work.
+    recv_stream_->wait_for(compute_stream());
+  }
   for (size_t i = 0; i < specs.size(); ++i) {
     if (gradient && !is_floating(specs[i].dtype)) {
       pending->buffers.emplace_back();  // an integer tensor has no gradient
@@ -172,14 +276,18 @@ void Executor::post_receive(const Instruction& in, MicroBatchSource& source) {
         store_.mixed() && is_floating(specs[i].dtype) ? store_.compute_dtype() : specs[i].dtype;
     Tensor buffer = Tensor::empty(with_rows(rows, specs[i].shape), dtype, &ctx_.allocator());
     pending->requests.push_back(
-        comms_.pipe->irecv(buffer, peer, message_tag(gradient, in.micro_batch, i)));
+        from.comm->irecv(buffer, from.peer, message_tag(gradient, in.micro_batch, i)));
     pending->buffers.push_back(std::move(buffer));
   }
   receives_[{static_cast<int>(in.op), in.micro_batch}] = std::move(pending);
 }
 
-TensorList Executor::take_receive(const Instruction& in) {
+TensorList Executor::take_receive(const Instruction& in, MicroBatchSource& source) {
   auto it = receives_.find({static_cast<int>(in.op), in.micro_batch});
+  if (it == receives_.end() && late_receives_) {
+    post_receive(in, source);
+    it = receives_.find({static_cast<int>(in.op), in.micro_batch});
+  }
   STRATA_CHECK(it != receives_.end()) << "executor: " << describe(in) << " was never posted";
   const std::string what = describe(in);
   PendingRecv& pending = *it->second;
@@ -195,16 +303,29 @@ TensorList Executor::take_receive(const Instruction& in) {
 
 void Executor::send(OpCode op, int64_t mb, const TensorList& tensors) {
   const bool gradient = op == OpCode::kSendGrad;
-  const int peer = gradient ? range_.stage - 1 : range_.stage + 1;
+  const Route to = route(op);
   PendingSend pending;
   pending.what = describe(Instruction{op, mb});
   pending.instruction = Instruction{op, mb};
   pending.posted = Clock::now();
+  std::vector<size_t> index;  // of each tensor sent, among the boundary tensors
+  bool on_device = false;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) continue;  // no gradient for an integer input
-    const Tensor t = tensors[i].contiguous();
-    pending.requests.push_back(comms_.pipe->isend(t, peer, message_tag(gradient, mb, i)));
-    pending.tensors.push_back(t);
+    pending.tensors.push_back(tensors[i].contiguous());
+    index.push_back(i);
+    on_device = on_device || pending.tensors.back().device().is_cuda();
+  }
+  if (send_stream_ != nullptr && on_device) {
+    // The transfer must not start before the compute stream has produced the tensors: the send
+    // stream waits for them, and a stream-ordered backend's stream follows the send stream; the
+    // others get tensors that are ready.
+    send_stream_->wait_for(compute_stream());
+    if (!to.comm->stream_ordered()) send_stream_->synchronize();
+  }
+  for (size_t k = 0; k < pending.tensors.size(); ++k) {
+    pending.requests.push_back(
+        to.comm->isend(pending.tensors[k], to.peer, message_tag(gradient, mb, index[k])));
   }
   sends_.push_back(std::move(pending));
 }
@@ -500,10 +621,10 @@ void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepS
   const double collective_before = collective_seconds_;
   switch (in.op) {
     case OpCode::kRecvAct:
-      state(in.micro_batch).inputs = take_receive(in);
+      state(in.micro_batch).inputs = take_receive(in, source);
       break;
     case OpCode::kRecvGrad:
-      state(in.micro_batch).grad_outputs = take_receive(in);
+      state(in.micro_batch).grad_outputs = take_receive(in, source);
       break;
     case OpCode::kForward:
       forward(in.micro_batch, source, true, stats);

@@ -36,6 +36,34 @@
 // Every backward pass moves its 16-bit parameter gradients into the f32 master gradients (layer by
 // layer when the data-parallel hook launches buckets early), so micro-batches accumulate in f32;
 // running statistics go back to the masters before ReduceGrads averages them over the groups.
+//
+// CUDA stages. Ops run on the context's stream (the compute stream); transfers between stages
+// are ordered on two dedicated streams of the executor, one for sends and one for receives, never
+// on the legacy default stream. A send first makes the send stream wait for an event recorded
+// on the compute stream after the tensor's producer; a stream-ordered backend (nccl,
+// Communicator::stream_ordered) then orders its own stream after the send stream, so the
+// transfer runs while the stage computes; with the others (mpi, local) the host waits for the
+// send stream before posting (they copy the bytes on the host's word). A receive buffer comes
+// from the compute stream's caching allocator, so before a stream-ordered receive the receive
+// stream waits for the compute work enqueued so far (which may still use that memory); the
+// others synchronize the device before they write it. Compute reads a received tensor only after
+// its request has completed (the host waits for it at RecvAct/RecvGrad). With a stream-ordered
+// backend (on any device), receives are posted when the interpreter reaches them, not `lookahead`
+// instructions ahead: a receive in flight is a device kernel waiting for its peer, and the engine's
+// blocking copies (an input or target moved to the device, a loss read back: cuda::memcpy_blocking)
+// synchronize the whole device, so one posted early would hold this stage's next copy until the
+// peer sends, while the peer may be waiting for this stage (a deadlock). Sends are still posted
+// as soon as the tensor is produced; a send in flight is device work too, so this stage's next
+// blocking copy waits until the peer has reached the matching receive, which in gpipe, 1f1b and
+// async-1f1b it does without waiting for this stage's later work (reasoned from the schedules;
+// not yet run on GPUs). The tied-parameter and data-parallel all-reduces are ordered
+// after the compute stream (their communicators' caller stream). The CPU path is unchanged.
+//
+// Links. A stream-ordered backend runs a communicator's transfers one after another, so a
+// receive waiting for its peer would hold back the sends queued behind it on the same
+// communicator; such a pipeline needs StageComms links: one communicator of two ranks per
+// direction between neighbouring stages (make_stage_links), so that sends and receives never
+// queue behind each other.
 #pragma once
 
 #include <chrono>
@@ -58,6 +86,13 @@
 namespace strata::parallel {
 
 class Trace;
+}  // namespace strata::parallel
+
+namespace strata::cuda {
+class StreamHandle;  // engine/cuda_runtime.h
+}  // namespace strata::cuda
+
+namespace strata::parallel {
 
 // Where a micro-batch's data comes from. The first stage asks for inputs, the last for targets.
 class MicroBatchSource {
@@ -124,7 +159,24 @@ struct StageComms {
   Communicator* dp = nullptr;    // this stage in every group, rank = group
   // The first and last stage when a tied parameter is split between them (rank 0: stage 0).
   Communicator* tied = nullptr;
+  // Point-to-point links with the neighbouring stages, one communicator of 2 ranks per direction
+  // (rank 0: the lower stage), required by stream-ordered backends (see the header comment); all
+  // null: activations and gradients travel over `pipe`.
+  Communicator* act_in = nullptr;    // activations from stage - 1
+  Communicator* act_out = nullptr;   // activations to stage + 1
+  Communicator* grad_in = nullptr;   // gradients from stage + 1
+  Communicator* grad_out = nullptr;  // gradients to stage - 1
 };
+
+// The links of StageComms for `stage` of `stages`, split from `pipe` (rank = stage). Collective
+// over the pipeline: every stage calls it. Boundary b joins stages b and b + 1; boundaries of the
+// same parity share no stage, so one split per parity and direction makes them all (at most 4
+// splits, whatever the number of stages). The links inherit `pipe`'s timeout.
+struct StageLinks {
+  std::unique_ptr<Communicator> act_in, act_out, grad_in, grad_out;
+  void attach(StageComms* comms) const;
+};
+StageLinks make_stage_links(Communicator& pipe, int stage, int stages);
 
 class Executor {
  public:
@@ -172,12 +224,19 @@ class Executor {
  private:
   struct InFlight;
   struct PendingRecv;
+  // Where a transfer goes: a link, or the pipeline communicator, and the peer's rank there.
+  struct Route {
+    Communicator* comm;
+    int peer;
+  };
 
+  Route route(OpCode op) const;
+  void* compute_stream() const;
   void execute(const Instruction& in, MicroBatchSource& source, StepStats* stats);
   void execute_op(const Instruction& in, MicroBatchSource& source, StepStats* stats);
   void post_receives(const Program& program, size_t from, MicroBatchSource& source);
   void post_receive(const Instruction& in, MicroBatchSource& source);
-  TensorList take_receive(const Instruction& in);
+  TensorList take_receive(const Instruction& in, MicroBatchSource& source);
   void forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats);
   void backward(int64_t mb, bool last_of_update);
   void send(OpCode op, int64_t mb, const TensorList& tensors);
@@ -228,6 +287,13 @@ class Executor {
   std::vector<Tensor> losses_;
   // Mixed precision: the working statistics changed since they were stored to the masters.
   bool buffers_dirty_ = false;
+  //
+  // CUDA stages of a pipeline: the streams transfers are ordered on (null on the CPU).
+  std::unique_ptr<cuda::StreamHandle> send_stream_, recv_stream_;
+  // Receives are posted when reached rather than ahead (a stream-ordered backend).
+  bool late_receives_ = false;
+  // The communicators whose caller stream this executor set (reset when it goes).
+  std::vector<Communicator*> stream_users_;
 };
 
 }  // namespace strata::parallel

@@ -40,11 +40,86 @@ ProcessInfo discover_process(const GetEnv& getenv_fn) {
     info.world_size = parse_int(s.size, size);
     const char* local = get(s.local_rank);
     info.local_rank = local != nullptr ? parse_int(s.local_rank, local) : 0;
+    info.has_local_rank = local != nullptr;
     STRATA_CHECK(info.world_size >= 1 && info.rank < info.world_size)
         << s.rank << "=" << rank << " is outside " << s.size << "=" << size;
     return info;
   }
   return ProcessInfo{};
+}
+
+DeviceChoice choose_device(const std::string& flag, int processes, int local_rank,
+                           int local_processes, int devices) {
+  STRATA_CHECK(processes >= 1 && local_rank >= 0 && local_processes >= 1 && devices >= 0)
+      << "choose_device: " << processes << " processes, local rank " << local_rank << " of "
+      << local_processes << ", " << devices << " devices";
+  DeviceChoice choice;
+  if (flag == "cpu") return choice;
+  const std::string gpus = std::to_string(devices) + " GPU" + (devices == 1 ? "" : "s");
+  const bool per_rank = flag == "cuda" || (flag == "auto" && processes > 1);
+  if (per_rank) {
+    if (devices == 0) {
+      STRATA_CHECK(flag == "auto") << "--device cuda: this process (local rank " << local_rank
+                                   << ") sees no CUDA device; use --device cpu";
+      return choice;  // auto without a GPU: the CPU
+    }
+    choice.device = Device::cuda(local_rank % devices);
+    if (processes > 1 && local_processes > devices) {
+      choice.warning = "--device " + flag + ": " + std::to_string(local_processes) +
+                       " processes on this node share its " + gpus +
+                       " (each on cuda:(local rank % " + std::to_string(devices) + "))";
+    }
+    return choice;
+  }
+  if (flag == "auto") {  // a process alone
+    if (devices > 0) choice.device = Device::cuda(0);
+    return choice;
+  }
+  const Device d = parse_device(flag);  // cuda:N, or an error naming the bad spelling
+  if (d.index >= devices) {
+    std::string list = "cpu";
+    for (int i = 0; i < devices; ++i) list += ", " + Device::cuda(i).str();
+    STRATA_THROW() << "--device " << flag << ": no such device here (local rank " << local_rank
+                   << " sees " << list << ")";
+  }
+  choice.device = d;
+  if (processes > 1 && local_processes > 1) {
+    choice.warning = "--device " + flag + ": all " + std::to_string(local_processes) +
+                     " processes on this node share " + d.str() +
+                     " (--device cuda gives each its own: cuda:(local rank % " +
+                     std::to_string(devices) + "))";
+  }
+  return choice;
+}
+
+std::string choose_comm(const std::string& flag, int processes, bool local_threads, bool cuda_ranks,
+                        bool have_nccl, bool shared_gpus) {
+  STRATA_CHECK(flag == "auto" || flag == "mpi" || flag == "nccl")
+      << "--comm " << flag << ": expected auto, mpi or nccl";
+  if (flag == "nccl") {
+    STRATA_CHECK(cuda_ranks)
+        << "--comm nccl carries CUDA tensors, but the ranks (or some of them) run on the CPU; "
+           "use --comm mpi (or auto), or put the ranks on GPUs with --device "
+           "cuda";
+    STRATA_CHECK(have_nccl) << "--comm nccl: this build has no NCCL (configure with "
+                               "-DSTRATA_WITH_NCCL=ON and MPI); use --comm mpi";
+  }
+  if (processes == 1) {
+    STRATA_CHECK(!local_threads || flag == "auto")
+        << "--comm " << flag << " is for MPI processes (mpirun, srun); the ranks of --local are "
+        << "threads of this process and use the local backend (CUDA tensors through host "
+           "copies): drop --comm, or launch the ranks with mpirun";
+    return local_threads ? "local" : "none";
+  }
+  if (flag == "nccl") {
+    STRATA_CHECK(!shared_gpus)
+        << "--comm nccl: some ranks share a GPU, and NCCL cannot put two ranks of a "
+           "communicator on one GPU; give each rank its own (--device cuda with at most as "
+           "many processes per node as GPUs), or use --comm mpi";
+    return "nccl";
+  }
+  if (flag == "mpi") return "mpi";
+  return cuda_ranks && have_nccl && !shared_gpus ? "nccl" : "mpi";
 }
 
 Topology::Topology(int world_size, int groups, int stages, int rank)

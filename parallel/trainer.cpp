@@ -386,6 +386,12 @@ void Trainer::make_communicators() {
   const int owner_stage = split ? split->first : -1, user_stage = split ? split->second : -1;
   const bool tied_here = owner_stage >= 0 && (stage_ == owner_stage || stage_ == user_stage);
   tied_ = world_->split(tied_here ? group_ : -1, stage_ == owner_stage ? 0 : 1);
+  // A stream-ordered backend (nccl) runs a communicator's transfers one after another: the
+  // executors need a communicator per direction between neighbouring stages.
+  if (pipeline_.stages > 1 && pipe_->stream_ordered()) {
+    links_ = make_stage_links(*pipe_, stage_, pipeline_.stages);
+    eval_links_ = make_stage_links(*eval_pipe_, stage_, pipeline_.stages);
+  }
 }
 
 EvalRecord Trainer::evaluate(int64_t step, int64_t epoch) {
@@ -399,6 +405,7 @@ EvalRecord Trainer::evaluate(int64_t step, int64_t epoch) {
     LoaderMicroBatches source(test_, options, 1, loads, nullptr, config_.loss.ignore_index);
     StageComms comms;
     comms.pipe = eval_pipe_.get();
+    eval_links_.attach(&comms);
     ExecutorConfig ec;
     ec.seed = config_.seed;
     ec.loss = config_.loss;
@@ -453,6 +460,7 @@ TrainSummary Trainer::run() {
   comms.pipe = pipe_.get();
   comms.dp = dp_.get();
   comms.tied = tied_.get();
+  links_.attach(&comms);
   ExecutorConfig ec;
   ec.kind = pipeline_.schedule;
   ec.seed = config_.seed;

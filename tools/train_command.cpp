@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -25,7 +26,9 @@
 #include "io/datasets.h"
 #include "io/metrics.h"
 #include "models/registry.h"
+#include "ops/dispatch.h"
 #include "ops/lr_schedule.h"
+#include "parallel/checkpointing.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/partition/partition.h"
 #include "parallel/partition/projection.h"
@@ -38,6 +41,9 @@
 
 #ifdef STRATA_WITH_MPI
 #include "parallel/comm/mpi_comm.h"
+#endif
+#if defined(STRATA_WITH_NCCL) && defined(STRATA_WITH_MPI)
+#include "parallel/comm/nccl_comm.h"
 #endif
 
 namespace strata::tools {
@@ -82,7 +88,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--init-weights", o.init_weights,
                   "Start from the weights of this safetensors file (Hugging Face/torchvision or "
                   "Strata names, see `strata convert`) instead of initializing from --seed");
-  cmd->add_option("--device", o.device, "cpu, cuda:N, or auto");
+  cmd->add_option("--device", o.device,
+                  "cpu, cuda, cuda:N, or auto. Under mpirun/srun, cuda puts each process on "
+                  "cuda:(local rank % GPUs) and cuda:N every process on GPU N; auto is cuda when "
+                  "there is a GPU, else cpu (one process: cuda:0; --local ranks: cpu)");
   cmd->add_option("--precision", o.precision,
                   "fp32; tf32 (matrix products and convolutions on TF32 tensor cores on CUDA, "
                   "fp32 accumulation; the CPU computes fp32); bf16 or fp16: mixed precision, "
@@ -155,6 +164,12 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Apply the all-reduced gradient D steps late so the all-reduce may span whole "
                   "steps (stale gradients; 0 = synchronous; needs --groups > 1 and gpipe/1f1b)");
   cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
+  cmd->add_option("--comm", o.comm,
+                  "What carries tensors between MPI processes: nccl (CUDA tensors over NCCL, host "
+                  "values over MPI; ranks on CUDA devices, one GPU each), mpi (CUDA tensors "
+                  "staged through pinned host memory unless MPI is CUDA-aware), or auto (nccl "
+                  "when every rank has a GPU of its own and the build has NCCL, else mpi)")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   cmd->add_option("--comm-timeout", o.comm_timeout,
                   "Seconds any rank waits for a peer before failing with what it waited for");
   cmd->add_option("--trace", o.trace,
@@ -311,8 +326,9 @@ parallel::Partition decide_partition(const TrainOptions& o, const Setup& setup,
   return parallel::balanced_partition(costs, S, po).partition;
 }
 
+// `launcher`: how the ranks run and talk; `devices`: the device, or every rank's.
 void print_configuration(const TrainOptions& o, const Setup& s, int world,
-                         const std::string& launcher, const Device& device) {
+                         const std::string& launcher, const std::string& devices) {
   const parallel::PipelineConfig& p = s.pipeline;
   std::printf("strata train\n");
   std::string partition;
@@ -331,66 +347,67 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                 ", buckets " +
                 (o.dp_bucket_mb > 0 ? format_number(o.dp_bucket_mb) + " MiB" : "per stage") +
                 ", delay " + std::to_string(o.dp_delay);
-  print_table({{"model", s.spec.name() + (o.model_spec.empty() ? "" : " (" + o.model_spec + ")")},
-               {"parameters", std::to_string(s.num_params)},
-               {"dataset", s.dataset_line},
-               {"input", shape_str(s.train->input_spec().shape) + " " +
-                             dtype_name(s.train->input_spec().dtype) + ", " +
-                             std::to_string(s.train->num_classes()) + " classes"},
-               {"augmentation", s.augmentation},
-               {"precision",
-                o.precision + (compute_dtype(o.precision) != DType::kF32
-                                   ? std::string(device.is_cpu() ? " mixed, emulated on cpu (f32 "
-                                                                   "math on 16-bit values)"
-                                                                 : " mixed (f32 master weights)")
-                                   : std::string())},
-               {"device", device.str() + ", " +
-                              (o.threads > 0 ? std::to_string(o.threads) : "all") + " CPU threads"},
-               {"layout", "G=" + std::to_string(p.groups) + " group" + (p.groups == 1 ? "" : "s") +
-                              " x S=" + std::to_string(p.stages) + " stage" +
-                              (p.stages == 1 ? "" : "s") + " (" + std::to_string(world) + " rank" +
-                              (world == 1 ? "" : "s") + ", " + launcher + ")"},
-               {"schedule", std::string(parallel::schedule_name(p.schedule)) + ", " +
-                                std::to_string(p.micro_batches) + " micro-batch" +
-                                (p.micro_batches == 1 ? "" : "es") + " of " +
-                                std::to_string(o.batch_size / p.groups / p.micro_batches)},
-               {"partition", p.stages == 1 ? "all layers" : partition + " (" + how + ")"},
-               {"gradient sync", grad_sync},
-               {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
-               {"steps", std::to_string(s.total_steps)},
-               {"batch size", std::to_string(o.batch_size)},
-               {"optimizer", o.optimizer + ", lr " + format_number(o.lr) + ", weight decay " +
-                                 format_number(o.weight_decay) +
-                                 (opt.kind == graph::OptimizerKind::kSgd
-                                      ? ", momentum " + format_number(o.momentum) +
-                                            (o.nesterov ? " (nesterov)" : "")
-                                      : "")},
-               {"lr schedule",
-                o.lr_schedule + ", warm-up " + std::to_string(o.warmup_steps) +
-                    (o.lr_schedule == "cosine" ? ", min lr " + format_number(o.min_lr) : "")},
-               {"clip grad norm", o.clip_grad_norm > 0 ? format_number(o.clip_grad_norm) : "off"},
-               {"label smoothing", format_number(o.label_smoothing)},
-               {"seed", std::to_string(o.seed)},
-               {"initial weights", o.init_weights.empty() ? "from the seed" : o.init_weights},
-               {"memory limit", o.mem_limit.empty() ? "none" : o.mem_limit + " per rank"},
-               {"comm timeout", format_number(o.comm_timeout) + " s"},
-               {"metrics", o.metrics.empty() ? "off" : o.metrics},
-               {"trace", o.trace.empty() ? "off" : o.trace},
-               {"checkpoints",
-                o.checkpoint_dir.empty()
-                    ? "off"
-                    : o.checkpoint_dir + ", " +
-                          (o.save_every > 0 ? "every " + std::to_string(o.save_every) + " steps"
-                                            : "at the end") +
-                          (o.keep_last > 0 ? ", keep " + std::to_string(o.keep_last) : "") +
-                          "; SIGTERM/SIGINT/SIGUSR1 save and stop, SIGHUP/SIGUSR2 save"},
-               {"resume", o.resume.empty() ? "no" : o.resume},
-               {"nan policy", o.nan_policy},
-               {"loss scale", resolved_loss_scale(o) == "dynamic"
-                                  ? "dynamic, doubled after " +
-                                        std::to_string(o.loss_scale_window) + " good steps"
-                                  : resolved_loss_scale(o)},
-               {"data workers", std::to_string(o.workers)}});
+  print_table(
+      {{"model", s.spec.name() + (o.model_spec.empty() ? "" : " (" + o.model_spec + ")")},
+       {"parameters", std::to_string(s.num_params)},
+       {"dataset", s.dataset_line},
+       {"input", shape_str(s.train->input_spec().shape) + " " +
+                     dtype_name(s.train->input_spec().dtype) + ", " +
+                     std::to_string(s.train->num_classes()) + " classes"},
+       {"augmentation", s.augmentation},
+       {"precision", o.precision + (compute_dtype(o.precision) != DType::kF32
+                                        ? std::string(devices.find("cuda") == std::string::npos
+                                                          ? " mixed, emulated on cpu (f32 "
+                                                            "math on 16-bit values)"
+                                                          : " mixed (f32 master weights)")
+                                        : std::string())},
+       {"device",
+        devices + ", " + (o.threads > 0 ? std::to_string(o.threads) : "all") + " CPU threads"},
+       {"layout", "G=" + std::to_string(p.groups) + " group" + (p.groups == 1 ? "" : "s") +
+                      " x S=" + std::to_string(p.stages) + " stage" + (p.stages == 1 ? "" : "s") +
+                      " (" + std::to_string(world) + " rank" + (world == 1 ? "" : "s") + ", " +
+                      launcher + ")"},
+       {"schedule", std::string(parallel::schedule_name(p.schedule)) + ", " +
+                        std::to_string(p.micro_batches) + " micro-batch" +
+                        (p.micro_batches == 1 ? "" : "es") + " of " +
+                        std::to_string(o.batch_size / p.groups / p.micro_batches)},
+       {"partition", p.stages == 1 ? "all layers" : partition + " (" + how + ")"},
+       {"gradient sync", grad_sync},
+       {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
+       {"steps", std::to_string(s.total_steps)},
+       {"batch size", std::to_string(o.batch_size)},
+       {"optimizer",
+        o.optimizer + ", lr " + format_number(o.lr) + ", weight decay " +
+            format_number(o.weight_decay) +
+            (opt.kind == graph::OptimizerKind::kSgd
+                 ? ", momentum " + format_number(o.momentum) + (o.nesterov ? " (nesterov)" : "")
+                 : "")},
+       {"lr schedule",
+        o.lr_schedule + ", warm-up " + std::to_string(o.warmup_steps) +
+            (o.lr_schedule == "cosine" ? ", min lr " + format_number(o.min_lr) : "")},
+       {"clip grad norm", o.clip_grad_norm > 0 ? format_number(o.clip_grad_norm) : "off"},
+       {"label smoothing", format_number(o.label_smoothing)},
+       {"seed", std::to_string(o.seed)},
+       {"initial weights", o.init_weights.empty() ? "from the seed" : o.init_weights},
+       {"memory limit", o.mem_limit.empty() ? "none" : o.mem_limit + " per rank"},
+       {"comm timeout", format_number(o.comm_timeout) + " s"},
+       {"metrics", o.metrics.empty() ? "off" : o.metrics},
+       {"trace", o.trace.empty() ? "off" : o.trace},
+       {"checkpoints",
+        o.checkpoint_dir.empty()
+            ? "off"
+            : o.checkpoint_dir + ", " +
+                  (o.save_every > 0 ? "every " + std::to_string(o.save_every) + " steps"
+                                    : "at the end") +
+                  (o.keep_last > 0 ? ", keep " + std::to_string(o.keep_last) : "") +
+                  "; SIGTERM/SIGINT/SIGUSR1 save and stop, SIGHUP/SIGUSR2 save"},
+       {"resume", o.resume.empty() ? "no" : o.resume},
+       {"nan policy", o.nan_policy},
+       {"loss scale",
+        resolved_loss_scale(o) == "dynamic"
+            ? "dynamic, doubled after " + std::to_string(o.loss_scale_window) + " good steps"
+            : resolved_loss_scale(o)},
+       {"data workers", std::to_string(o.workers)}});
   std::fflush(stdout);
 }
 
@@ -619,13 +636,81 @@ std::chrono::milliseconds timeout_of(const TrainOptions& o) {
   return std::chrono::milliseconds(static_cast<int64_t>(o.comm_timeout * 1000.0));
 }
 
+#if defined(STRATA_WITH_NCCL) && defined(STRATA_WITH_MPI)
+constexpr bool kHaveNccl = true;
+#else
+constexpr bool kHaveNccl = false;
+#endif
+
 #ifdef STRATA_WITH_MPI
-int run_mpi(const TrainOptions& o, const Device& device) {
+// Where the MPI ranks run: this rank's device, every rank's (for the configuration) and what
+// carries tensors between them. Collective over `world`.
+struct MpiPlacement {
+  Device device;
+  std::string devices;  // "cpu", or per rank: "rank 0: cuda:0, rank 1: cuda:1"
+  std::string comm;     // parallel::choose_comm: "nccl" or "mpi"
+  std::string warning;  // rank 0's, when processes of its node share a GPU
+};
+
+MpiPlacement place_mpi_ranks(const TrainOptions& o, const parallel::ProcessInfo& process,
+                             parallel::MpiCommunicator& world) {
+  MpiPlacement placement;
+  // The device from --device and this process's rank on its node: the launcher's, else MPI's.
+  const parallel::NodeRanks node = world.node_ranks();
+  const int local_rank = process.has_local_rank ? process.local_rank : node.rank;
+  const int gpus =
+      o.device == "auto" && !ops::has_kernels_for(DeviceType::kCUDA) ? 0 : cuda_device_count();
+  const parallel::DeviceChoice choice =
+      parallel::choose_device(o.device, world.size(), local_rank, node.size, gpus);
+  placement.device = choice.device;
+  placement.warning = choice.warning;
+  // Every rank's device, and the GPU behind it (host name and UUID): NCCL cannot put two ranks on
+  // one GPU.
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string gpu;
+  if (choice.device.is_cuda()) {
+    const std::string uuid = cuda::device_uuid(choice.device.index);
+    gpu = std::string(host) + "/" + (uuid.empty() ? choice.device.str() : uuid);
+  }
+  const std::vector<std::string> all =
+      parallel::all_gather_strings(&world, choice.device.str() + "\t" + gpu);
+  std::vector<std::string> devices, gpus_used;
+  bool all_cuda = true, shared = false;
+  for (const std::string& a : all) {
+    const size_t tab = a.find('\t');
+    devices.push_back(a.substr(0, tab));
+    const std::string g = a.substr(tab + 1);
+    all_cuda = all_cuda && !g.empty();
+    if (g.empty()) continue;
+    shared = shared || std::find(gpus_used.begin(), gpus_used.end(), g) != gpus_used.end();
+    gpus_used.push_back(g);
+  }
+  if (std::all_of(devices.begin(), devices.end(),
+                  [&](const std::string& d) { return d == devices[0]; })) {
+    placement.devices = devices[0];
+  } else {
+    for (size_t r = 0; r < devices.size() && r < 8; ++r) {
+      placement.devices +=
+          (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " + devices[r];
+    }
+    if (devices.size() > 8) placement.devices += ", ...";
+  }
+  placement.comm = parallel::choose_comm(o.comm, world.size(), false, all_cuda, kHaveNccl, shared);
+  return placement;
+}
+
+int run_mpi(const TrainOptions& o, const parallel::ProcessInfo& process) {
   parallel::MpiSession session;
   std::unique_ptr<parallel::MpiCommunicator> world = session.world();
   world->set_timeout(timeout_of(o));
   set_log_rank(world->rank());
   try {
+    const MpiPlacement placement = place_mpi_ranks(o, process, *world);
+    const Device device = placement.device;
+    if (world->rank() == 0 && !placement.warning.empty()) {
+      std::printf("%s\n", placement.warning.c_str());
+    }
     Setup setup = make_setup(o, world->size());
     // Rank 0 decides the partition (profiling is timing: ranks would disagree) and sends it.
     Tensor bounds = Tensor::zeros({2 * setup.pipeline.stages}, DType::kI64);
@@ -642,12 +727,32 @@ int run_mpi(const TrainOptions& o, const Device& device) {
       setup.pipeline.partition.push_back({static_cast<size_t>(bounds.data<int64_t>()[2 * i]),
                                           static_cast<size_t>(bounds.data<int64_t>()[2 * i + 1])});
     }
-    if (world->rank() == 0) print_configuration(o, setup, world->size(), "mpi", device);
+    if (world->rank() == 0) {
+      // The launcher, and what carries CUDA tensors when the ranks have any.
+      const std::string launcher = placement.comm == "nccl" ? "mpi; CUDA tensors over nccl"
+                                   : !device.is_cuda()      ? "mpi"
+                                   : session.cuda_aware()   ? "mpi; CUDA-aware"
+                                                          : "mpi; CUDA tensors staged through host";
+      print_configuration(o, setup, world->size(), launcher, placement.devices);
+    }
     parallel::RunControl control;
     if (!o.checkpoint_dir.empty()) setup.config.control = &control;
     SignalScope signals(setup.config.control);
     const int threads = o.threads;
-    run_rank(o, setup, world.get(), threads, device);
+    // --comm nccl: the ranks' communicator carries CUDA tensors over NCCL, host ones over MPI
+    // (created before the rank's context: collective over every rank).
+    std::unique_ptr<parallel::Communicator> nccl_world;
+    parallel::Communicator* ranks = world.get();
+#if defined(STRATA_WITH_NCCL) && defined(STRATA_WITH_MPI)
+    if (placement.comm == "nccl") {
+      std::unique_ptr<parallel::MpiCommunicator> host = session.world();
+      host->set_timeout(timeout_of(o));
+      nccl_world = std::make_unique<parallel::NcclMpiCommunicator>(std::move(host), device);
+      ranks = nccl_world.get();
+    }
+#endif
+    run_rank(o, setup, ranks, threads, device);
+    nccl_world.reset();
     world->barrier("the end of training");
     return 0;
   } catch (const std::exception& e) {
@@ -663,14 +768,23 @@ int run_mpi(const TrainOptions& o, const Device& device) {
 
 int run_train(const TrainOptions& o) {
   const parallel::ProcessInfo process = parallel::discover_process();
-  // Several ranks on CUDA: local ranks (threads) share the one device given by --device, their
-  // tensors crossing through host copies. That path has not run on a GPU yet, so --device auto
-  // keeps several ranks on the CPU; MPI processes on CUDA devices are not wired up yet.
-  const bool several_ranks =
-      process.world_size > 1 || (o.local && o.stages * std::max(1, o.groups) > 1);
+  // MPI processes choose their devices and communicator together (run_mpi).
+  if (process.world_size > 1) {
+#ifdef STRATA_WITH_MPI
+    return run_mpi(o, process);
+#else
+    STRATA_THROW() << "launched as rank " << process.rank << " of " << process.world_size << " by "
+                   << process.launcher
+                   << ", but this build has no MPI support (configure with -DSTRATA_WITH_MPI=ON)";
+#endif
+  }
+  // One process: the only rank, or local ranks (threads) sharing the one device given by
+  // --device, their tensors crossing through host copies. --device auto keeps local ranks on the
+  // CPU.
+  const bool local_ranks = o.local && o.stages * std::max(1, o.groups) > 1;
   Device device = Device::cpu();
-  if (o.device == "auto" && several_ranks) {
-    if (cuda_device_count() > 0 && process.rank == 0) {
+  if (o.device == "auto" && local_ranks) {
+    if (cuda_device_count() > 0) {
       std::printf(
           "device auto: pipelines and data-parallel groups run on cpu (with --local, "
           "--device cuda:N runs every local rank on that GPU)\n");
@@ -678,19 +792,7 @@ int run_train(const TrainOptions& o) {
   } else {
     device = resolve_device(o.device);
   }
-  STRATA_CHECK(!device.is_cuda() || process.world_size == 1)
-      << "--device " << device.str()
-      << ": MPI ranks on CUDA devices are not implemented yet; run the pipeline as local ranks "
-         "on one GPU (--local --device cuda:N) or on the CPU";
-  if (process.world_size > 1) {
-#ifdef STRATA_WITH_MPI
-    return run_mpi(o, device);
-#else
-    STRATA_THROW() << "launched as rank " << process.rank << " of " << process.world_size << " by "
-                   << process.launcher
-                   << ", but this build has no MPI support (configure with -DSTRATA_WITH_MPI=ON)";
-#endif
-  }
+  parallel::choose_comm(o.comm, 1, local_ranks, device.is_cuda(), kHaveNccl, false);
   const int ranks = o.local ? std::max(1, o.groups) * o.stages : 1;
   Setup setup = make_setup(o, ranks);
   {
@@ -698,7 +800,7 @@ int run_train(const TrainOptions& o) {
     setup.pipeline.partition = to_ranges(decide_partition(o, setup, *model));
   }
   print_configuration(o, setup, ranks, o.local && ranks > 1 ? "local threads" : "single process",
-                      device);
+                      device.str());
   parallel::RunControl control;
   if (!o.checkpoint_dir.empty()) setup.config.control = &control;
   SignalScope signals(setup.config.control);

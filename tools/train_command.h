@@ -64,6 +64,7 @@ struct TrainOptions {
   double dp_bucket_mb = 25.0;
   int dp_delay = 0;
   bool local = false;
+  std::string comm = "auto";    // auto | mpi | nccl: what carries tensors between MPI processes
   double comm_timeout = 300.0;  // seconds
   std::string trace;
   // Checkpoints and reliability.

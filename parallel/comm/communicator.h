@@ -76,6 +76,16 @@ class Communicator {
   // rank must call it (collective). A negative color gives a null result for that rank.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
+  // CUDA tensors and streams. A backend that moves CUDA tensors as device work on a stream of its
+  // own (nccl) is stream-ordered: each operation is ordered, by events and without host
+  // synchronization, after the work enqueued on the caller stream (a cudaStream_t; null: none, the
+  // caller makes the tensors ready) at the moment it is launched, and a transfer in flight is
+  // device work, so a device-wide synchronization (cuda::memcpy_blocking) waits for it. The other
+  // backends (mpi, local) ignore the caller stream: they synchronize the device before they read
+  // or write a CUDA tensor, and a completed request's results are ready for any stream.
+  virtual bool stream_ordered() const { return false; }
+  virtual void set_caller_stream(void* stream) {}
+
   // The deadline of barrier() and of the waits the library issues itself.
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }

@@ -123,17 +123,27 @@ class Buffers {
  public:
   explicit Buffers(bool cuda_aware) : cuda_aware_(cuda_aware) {}
 
-  // Memory MPI reads from `t`.
+  // Memory MPI reads from `t`. A CUDA tensor is read once the device has finished the work
+  // enqueued so far (whatever stream produces it): memcpy_blocking synchronizes the device before
+  // the copy to pinned memory, and a CUDA-aware library gets the device memory after the same
+  // synchronization.
   void* in(const Tensor& t) {
     keep_.push_back(t);
-    if (!needs_staging(t)) return t.raw_data();
+    if (!needs_staging(t)) {
+      device_ready(t);
+      return t.raw_data();
+    }
     PinnedBuffer& host = stage(t);
     cuda::memcpy_blocking(host.data(), Device::cpu(), t.raw_data(), t.device(), t.nbytes());
     return host.data();
   }
-  // Memory MPI writes into `t` (and reads first when `read_too`, for in-place operations).
+  // Memory MPI writes into `t` (and reads first when `read_too`, for in-place operations). A
+  // staged CUDA tensor is written in finish(), after the device has finished its earlier work
+  // with that memory (memcpy_blocking synchronizes first); a CUDA-aware library writes device
+  // memory whose earlier users (kernels of any stream) have finished.
   void* out(const Tensor& t, bool read_too) {
     if (!needs_staging(t)) {
+      device_ready(t);
       keep_.push_back(t);
       return t.raw_data();
     }
@@ -141,7 +151,8 @@ class Buffers {
     copy_back_.emplace_back(host, t);
     return host;
   }
-  // After MPI completed: the staged results go to the device.
+  // After MPI completed: the staged results go to the device (before the request reports
+  // completion, so that a completed request's CUDA results are ready for any stream).
   void finish() {
     for (auto& [host, t] : copy_back_) {
       cuda::memcpy_blocking(t.raw_data(), t.device(), host, Device::cpu(), t.nbytes());
@@ -151,12 +162,20 @@ class Buffers {
 
  private:
   bool needs_staging(const Tensor& t) const { return t.device().is_cuda() && !cuda_aware_; }
+  // A CUDA tensor handed to a CUDA-aware MPI directly: the device's work is done first (once per
+  // call).
+  void device_ready(const Tensor& t) {
+    if (!t.device().is_cuda() || synchronized_) return;
+    cuda::synchronize_device(t.device().index);
+    synchronized_ = true;
+  }
   PinnedBuffer& stage(const Tensor& t) {
     pinned_.push_back(std::make_unique<PinnedBuffer>(t.nbytes()));
     return *pinned_.back();
   }
 
   bool cuda_aware_;
+  bool synchronized_ = false;
   std::vector<Tensor> keep_;
   std::vector<std::unique_ptr<PinnedBuffer>> pinned_;
   std::vector<std::pair<void*, Tensor>> copy_back_;
@@ -429,6 +448,19 @@ void MpiCommunicator::barrier(const std::string& what) {
   MPI_Request request;
   STRATA_MPI_CHECK(MPI_Ibarrier(comm_, &request));
   MpiRequest(who(), "barrier", request, Buffers(cuda_aware_)).wait(timeout(), what);
+}
+
+NodeRanks MpiCommunicator::node_ranks() {
+  barrier("the ranks on this node (MPI_Comm_split_type)");
+  MPI_Comm node;
+  STRATA_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  NodeRanks result;
+  const int rank_status = MPI_Comm_rank(node, &result.rank);
+  const int size_status = MPI_Comm_size(node, &result.size);
+  MPI_Comm_free(&node);
+  STRATA_MPI_CHECK(rank_status);
+  STRATA_MPI_CHECK(size_status);
+  return result;
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {

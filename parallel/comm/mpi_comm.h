@@ -29,9 +29,14 @@
 //   has no non-blocking form); negative colors give MPI_UNDEFINED and a null communicator.
 // - CUDA tensors: passed to MPI directly when the library is CUDA-aware (MPIX_Query_cuda_support),
 //   otherwise staged through pinned host buffers (cudaMallocHost): device-to-host before the MPI
-//   call, host-to-device when the request completes (in test()/wait()). The copies use their own
-//   stream, so the caller must make sure the tensor is ready (its producing stream synchronized)
-//   before the call, and must not read a received tensor before the request completes.
+//   call, host-to-device when the request completes (in test()/wait(), before it reports
+//   completion). Device memory is only touched after the device has finished the work enqueued
+//   so far on every stream (the staging copies synchronize the device first; a CUDA-aware call
+//   is preceded by cudaDeviceSynchronize), so a tensor produced on any stream may be passed
+//   right after its producer was enqueued, and a receive buffer may be memory that earlier
+//   kernels used. A received tensor must not be read before its request completes; a completed
+//   request's results may be used on any stream. Not stream-ordered: the caller stream is
+//   ignored (Communicator::stream_ordered).
 // - Errors from MPI calls throw strata::Error through STRATA_MPI_CHECK (parallel/comm/mpi_check.h).
 #pragma once
 
@@ -45,6 +50,12 @@
 namespace strata::parallel {
 
 class MpiCommunicator;
+
+// This process's place among the processes of a communicator that share its node (memory).
+struct NodeRanks {
+  int rank = 0;
+  int size = 1;
+};
 
 // MPI for the lifetime of the object: MPI_Init_thread on construction, MPI_Finalize on
 // destruction. When MPI is already initialized (by the program or another library) the session
@@ -96,6 +107,10 @@ class MpiCommunicator final : public Communicator {
   void barrier(const std::string& what) override;
   // The sub-communicator (an MpiCommunicator) inherits this communicator's timeout.
   std::unique_ptr<Communicator> split(int color, int key) override;
+
+  // The ranks of this communicator on this process's node (MPI_Comm_split_type shared),
+  // collective: the ranks first meet in a barrier with the communicator's timeout.
+  NodeRanks node_ranks();
 
   MPI_Comm handle() const { return comm_; }
   int world_rank() const { return world_rank_; }

@@ -399,4 +399,85 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   return result;
 }
 
+// ---- NcclMpiCommunicator -----------------------------------------------------------------------
+
+NcclMpiCommunicator::NcclMpiCommunicator(std::unique_ptr<MpiCommunicator> host, Device device)
+    : host_(std::move(host)) {
+  STRATA_CHECK(host_ != nullptr) << "NcclMpiCommunicator: no MPI communicator given";
+  device_ = std::make_unique<NcclCommunicator>(*host_, device);
+  set_timeout(host_->timeout());
+}
+
+NcclMpiCommunicator::NcclMpiCommunicator(std::unique_ptr<MpiCommunicator> host,
+                                         std::unique_ptr<NcclCommunicator> device)
+    : host_(std::move(host)), device_(std::move(device)) {
+  STRATA_CHECK(host_->rank() == device_->rank() && host_->size() == device_->size())
+      << "NcclMpiCommunicator: the MPI half is rank " << host_->rank() << " of " << host_->size()
+      << " but the NCCL half rank " << device_->rank() << " of " << device_->size();
+}
+
+// The NCCL half goes first: its destruction waits for (or aborts) operations still in flight.
+NcclMpiCommunicator::~NcclMpiCommunicator() { device_.reset(); }
+
+Communicator& NcclMpiCommunicator::half(const Tensor& t) {
+  Communicator& c = t.defined() && t.device().is_cuda() ? static_cast<Communicator&>(*device_)
+                                                        : static_cast<Communicator&>(*host_);
+  c.set_timeout(timeout());
+  return c;
+}
+
+std::unique_ptr<Request> NcclMpiCommunicator::isend(const Tensor& t, int peer, int tag) {
+  return half(t).isend(t, peer, tag);
+}
+
+std::unique_ptr<Request> NcclMpiCommunicator::irecv(const Tensor& t, int peer, int tag) {
+  return half(t).irecv(t, peer, tag);
+}
+
+std::unique_ptr<Request> NcclMpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
+  return half(t).all_reduce(t, op);
+}
+
+std::unique_ptr<Request> NcclMpiCommunicator::broadcast(const Tensor& t, int root) {
+  return half(t).broadcast(t, root);
+}
+
+std::unique_ptr<Request> NcclMpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
+  STRATA_CHECK(in.defined() && out.defined() && in.device().is_cuda() == out.device().is_cuda())
+      << "nccl+mpi comm all_gather: input " << (in.defined() ? in.str() : "undefined")
+      << " and output " << (out.defined() ? out.str() : "undefined")
+      << " must both be CUDA tensors (NCCL) or both host tensors (MPI)";
+  return half(in).all_gather(in, out);
+}
+
+std::unique_ptr<Request> NcclMpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out) {
+  STRATA_CHECK(in.defined() && out.defined() && in.device().is_cuda() == out.device().is_cuda())
+      << "nccl+mpi comm reduce_scatter: input " << (in.defined() ? in.str() : "undefined")
+      << " and output " << (out.defined() ? out.str() : "undefined")
+      << " must both be CUDA tensors (NCCL) or both host tensors (MPI)";
+  return half(in).reduce_scatter(in, out);
+}
+
+void NcclMpiCommunicator::barrier(const std::string& what) {
+  host_->set_timeout(timeout());
+  host_->barrier(what);
+}
+
+std::unique_ptr<Communicator> NcclMpiCommunicator::split(int color, int key) {
+  host_->set_timeout(timeout());
+  device_->set_timeout(timeout());
+  std::unique_ptr<Communicator> host = host_->split(color, key);
+  std::unique_ptr<Communicator> device = device_->split(color, key);
+  STRATA_CHECK((host == nullptr) == (device == nullptr))
+      << "nccl+mpi comm split(color " << color << ", key " << key
+      << "): the MPI and NCCL halves disagree on membership";
+  if (host == nullptr) return nullptr;
+  std::unique_ptr<MpiCommunicator> mpi(static_cast<MpiCommunicator*>(host.release()));
+  std::unique_ptr<NcclCommunicator> nccl(static_cast<NcclCommunicator*>(device.release()));
+  std::unique_ptr<NcclMpiCommunicator> result(
+      new NcclMpiCommunicator(std::move(mpi), std::move(nccl)));
+  result->set_timeout(timeout());
+  return result;
+}
+
 }  // namespace strata::parallel

@@ -76,7 +76,8 @@ class NcclCommunicator final : public Communicator {
   // The stream (a cudaStream_t) that produces this communicator's input tensors and consumes
   // its outputs, or null (the caller synchronizes). Later operations are ordered after the work
   // enqueued on it when they are launched.
-  void set_caller_stream(void* stream);
+  bool stream_ordered() const override { return true; }
+  void set_caller_stream(void* stream) override;
   Device device() const;
   // The communicator's own stream (a cudaStream_t).
   void* stream() const;
@@ -85,6 +86,57 @@ class NcclCommunicator final : public Communicator {
   explicit NcclCommunicator(std::shared_ptr<nccl_detail::State> state);
 
   std::shared_ptr<nccl_detail::State> state_;
+};
+
+// The communicator of MPI ranks on CUDA devices with NCCL (strata train --comm nccl): CUDA tensors
+// travel over NCCL (an NcclCommunicator on this rank's device), host tensors over MPI (the
+// trainer's metrics, the partition, checkpoints' records, the gradient norm), chosen per call by
+// the tensor's device. Ranks, size and rank order are those of the MPI communicator, and both
+// halves are split together (split: MPI_Comm_split and ncclCommSplit with the same color and
+// key, both ordering by key, then by parent rank). barrier() is MPI's. all_gather and
+// reduce_scatter need their input and output on the same side. Stream-ordered for CUDA tensors
+// (NCCL's semantics, above: point-to-point operations have no tags and match in posting order);
+// the MPI half ignores streams.
+//
+// NCCL cannot put two ranks of one communicator on the same GPU ("Duplicate GPU detected"): every
+// rank needs a device of its own. NCCL's communicator creation (ncclCommInitRank, ncclCommSplit)
+// blocks without a deadline; it is preceded by an MPI exchange with the timeout, so a peer that is
+// already gone gives CommTimeout, but one that dies in between hangs it.
+class NcclMpiCommunicator final : public Communicator {
+ public:
+  // Collective over `host`: its ranks create an NCCL communicator on `device` (this rank's GPU).
+  // The result takes `host`'s timeout.
+  NcclMpiCommunicator(std::unique_ptr<MpiCommunicator> host, Device device);
+  ~NcclMpiCommunicator() override;
+
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  std::string backend() const override { return "nccl"; }
+
+  std::unique_ptr<Request> isend(const Tensor& t, int peer, int tag) override;
+  std::unique_ptr<Request> irecv(const Tensor& t, int peer, int tag) override;
+  std::unique_ptr<Request> all_reduce(const Tensor& t, ReduceOp op = ReduceOp::kSum) override;
+  std::unique_ptr<Request> broadcast(const Tensor& t, int root) override;
+  std::unique_ptr<Request> all_gather(const Tensor& in, const Tensor& out) override;
+  std::unique_ptr<Request> reduce_scatter(const Tensor& in, const Tensor& out) override;
+  void barrier(const std::string& what) override;
+  // Both halves, with this communicator's timeout and caller stream.
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+  bool stream_ordered() const override { return true; }
+  void set_caller_stream(void* stream) override { device_->set_caller_stream(stream); }
+
+  MpiCommunicator& host() { return *host_; }
+  NcclCommunicator& nccl() { return *device_; }
+
+ private:
+  NcclMpiCommunicator(std::unique_ptr<MpiCommunicator> host,
+                      std::unique_ptr<NcclCommunicator> device);
+  // The half that carries tensors on `t`'s device, with this communicator's timeout.
+  Communicator& half(const Tensor& t);
+
+  std::unique_ptr<MpiCommunicator> host_;
+  std::unique_ptr<NcclCommunicator> device_;
 };
 
 }  // namespace strata::parallel

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "comm_checks.h"
 #include "engine/cuda_runtime.h"
 #include "engine/exec_context.h"
 #include "mpi_test_main.h"
+#include "ops/elementwise.h"
 #include "parallel/comm/mpi_comm.h"
 #include "parallel/topology.h"
 
@@ -30,6 +32,23 @@ TEST(MpiComm, SessionMatchesTheLauncher) {
   EXPECT_EQ(world->backend(), "mpi");
   EXPECT_EQ(world->rank(), process.rank);
   EXPECT_EQ(world->size(), process.world_size);
+  EXPECT_FALSE(world->stream_ordered());
+}
+
+// The ranks on this node (MPI_Comm_split_type): under one mpirun on one machine, the launcher's
+// local rank and every rank of the world.
+TEST(MpiComm, NodeRanksMatchTheLauncher) {
+  const ProcessInfo process = discover_process();
+  auto world = mpi_world();
+  const NodeRanks node = world->node_ranks();
+  EXPECT_EQ(node.size, world->size());
+  if (process.has_local_rank) {
+    EXPECT_EQ(node.rank, process.local_rank);
+  }
+  auto sub = world->split(world->rank() % 2, world->rank());
+  const NodeRanks sub_node = static_cast<MpiCommunicator&>(*sub).node_ranks();
+  EXPECT_EQ(sub_node.size, sub->size());
+  EXPECT_EQ(sub_node.rank, sub->rank());
 }
 
 TEST(MpiComm, SendRecvRing) { comm_checks::send_recv_ring(*mpi_world()); }
@@ -128,6 +147,55 @@ TEST(MpiComm, CudaTensorsThroughStaging) {
   wait(*send, *world, "cuda send");
   EXPECT_EQ(to_allocator(got, default_cpu_allocator()).to_vector<float>(),
             std::vector<float>(16, static_cast<float>((r + n - 1) % n)));
+}
+
+// Every operation the executor and GroupedDp use, on CUDA tensors handed to the communicator right
+// after the kernel producing them was enqueued on the context's stream (x 2, exact in float32):
+// the staging copies must wait for it, and a completed request's results must be on the device.
+TEST(MpiComm, CudaTensorsAreReadAfterTheirProducerAndWrittenBeforeCompletion) {
+  auto world = mpi_world();
+  Tensor have = Tensor::full({1}, cuda_device_count() > 0 ? 1.0 : 0.0, DType::kI32);
+  wait(*world->all_reduce(have), *world, "device count");
+  if (have.item<int32_t>() != world->size()) GTEST_SKIP() << "no CUDA device here";
+  ExecContext ctx(Device::cuda(discover_process().local_rank % cuda_device_count()));
+  const int n = world->size(), r = world->rank();
+  auto produced = [&](const Tensor& host) {
+    return ops::scale(ctx, to_allocator(host, ctx.allocator()), 2.0);
+  };
+  auto on_host = [](const Tensor& t) { return to_allocator(t, default_cpu_allocator()); };
+  auto twice = [](const Tensor& t) {
+    std::vector<float> v = t.to_vector<float>();
+    for (float& x : v) x *= 2.0f;
+    return v;
+  };
+  const Shape big{1 << 20};
+  Tensor b = produced(comm_checks::input_for(r, DType::kF32, big, 21));
+  wait(*world->broadcast(b, n - 1), *world, "cuda broadcast");
+  EXPECT_EQ(on_host(b).to_vector<float>(),
+            twice(comm_checks::input_for(n - 1, DType::kF32, big, 21)));
+  Tensor mine = produced(Tensor::full({3}, r));
+  Tensor all = Tensor::empty({n * 3}, DType::kF32, &ctx.allocator());
+  wait(*world->all_gather(mine, all), *world, "cuda all_gather");
+  for (int q = 0; q < n; ++q) {
+    EXPECT_EQ(on_host(all).narrow(0, 3 * q, 3).to_vector<float>(), std::vector<float>(3, 2.0f * q));
+  }
+  Tensor parts = produced(Tensor::full({n * 2}, 1.0 + r));
+  Tensor slice = Tensor::empty({2}, DType::kF32, &ctx.allocator());
+  wait(*world->reduce_scatter(parts, slice), *world, "cuda reduce_scatter");
+  EXPECT_EQ(on_host(slice).to_vector<float>(),
+            std::vector<float>(2, static_cast<float>(n * (n + 1))));
+  Tensor sum = produced(Tensor::full(big, 1.0 + r));
+  wait(*world->all_reduce(sum), *world, "cuda all_reduce");
+  EXPECT_EQ(on_host(sum).to_vector<float>(),
+            std::vector<float>(big[0], static_cast<float>(n * (n + 1))));
+  Tensor out = produced(comm_checks::input_for(r, DType::kF32, big, 22));
+  Tensor in = Tensor::empty(big, DType::kF32, &ctx.allocator());
+  auto recv = world->irecv(in, (r + n - 1) % n, 3);
+  auto send = world->isend(out, (r + 1) % n, 3);
+  wait(*recv, *world, "cuda recv");
+  wait(*send, *world, "cuda send");
+  EXPECT_EQ(on_host(in).to_vector<float>(),
+            twice(comm_checks::input_for((r + n - 1) % n, DType::kF32, big, 22)));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "engine/exec_context.h"
 #include "mpi_test_main.h"
 #include "parallel/comm/nccl_comm.h"
+#include "parallel/executor.h"
 #include "parallel/topology.h"
 
 namespace strata::parallel {
@@ -117,6 +118,70 @@ TEST_F(NcclComm, TimeoutAbortsTheCommunicator) {
     EXPECT_THROW(nccl_->all_reduce(t), CommAborted);
   }
   world_->barrier("after the NCCL timeout");
+}
+
+// NcclMpiCommunicator (strata train --comm nccl): CUDA tensors over NCCL, host ones over MPI,
+// split together.
+TEST_F(NcclComm, HostAndDeviceTensorsTakeTheirOwnHalf) {
+  const int n = world_->size(), r = world_->rank();
+  NcclMpiCommunicator both(mpi_world(), device_);
+  EXPECT_EQ(both.backend(), "nccl");
+  EXPECT_TRUE(both.stream_ordered());
+  EXPECT_EQ(both.rank(), r);
+  EXPECT_EQ(both.size(), n);
+  Tensor host = Tensor::full({5}, 1.0 + r, DType::kF64);  // the trainer's metrics: over MPI
+  wait(*both.all_reduce(host), both, "host all_reduce");
+  EXPECT_EQ(host.to_vector<double>(), std::vector<double>(5, n * (n + 1) / 2.0));
+  Tensor dev = on_device(Tensor::full({7}, 1.0 + r));  // gradients: over NCCL
+  wait(*both.all_reduce(dev), both, "device all_reduce");
+  EXPECT_EQ(on_host(dev).to_vector<float>(), std::vector<float>(7, n * (n + 1) / 2.0f));
+  EXPECT_THROW(both.all_gather(dev, Tensor::zeros({7 * n})), Error);  // one side each
+  both.barrier("hybrid barrier");
+  auto sub = both.split(r % 2, n - r);  // reversed order within each color
+  ASSERT_TRUE(sub);
+  EXPECT_EQ(sub->backend(), "nccl");
+  Tensor rank = on_device(Tensor::full({1}, sub->rank(), DType::kI32));
+  Tensor ranks = on_device(Tensor::zeros({sub->size()}, DType::kI32));
+  wait(*sub->all_gather(rank, ranks), *sub, "sub all_gather");  // NCCL's rank order is MPI's
+  std::vector<int32_t> expected(static_cast<size_t>(sub->size()));
+  for (int q = 0; q < sub->size(); ++q) expected[q] = q;
+  EXPECT_EQ(on_host(ranks).to_vector<int32_t>(), expected);
+  Tensor word = Tensor::full({1}, 1.0);
+  wait(*sub->all_reduce(word), *sub, "sub host all_reduce");
+  EXPECT_EQ(word.item<float>(), static_cast<float>(sub->size()));
+}
+
+// The executor's links over NCCL (make_stage_links with the world as a pipeline of n stages):
+// activations forward and gradients backward on their own communicators, receives posted before
+// the sends they depend on, as a stage does.
+TEST_F(NcclComm, StageLinksCarryBothDirections) {
+  const int n = world_->size(), s = world_->rank();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  NcclMpiCommunicator pipe(mpi_world(), device_);
+  StageLinks links = make_stage_links(pipe, s, n);
+  EXPECT_EQ(links.act_in != nullptr, s > 0);
+  EXPECT_EQ(links.grad_out != nullptr, s > 0);
+  EXPECT_EQ(links.act_out != nullptr, s < n - 1);
+  EXPECT_EQ(links.grad_in != nullptr, s < n - 1);
+  Tensor act = on_device(Tensor::zeros({1000})), grad = on_device(Tensor::zeros({10}));
+  std::vector<std::unique_ptr<Request>> requests;
+  // The gradient from the next stage is posted first, as a stage posts a receive it will need.
+  if (links.grad_in) requests.push_back(links.grad_in->irecv(grad, 1, 0));
+  if (links.act_in) {
+    wait(*links.act_in->irecv(act, 0, 0), *links.act_in, "activation from the previous stage");
+    EXPECT_EQ(on_host(act).to_vector<float>(), std::vector<float>(1000, s - 1.0f));
+  }
+  if (links.act_out) {
+    requests.push_back(links.act_out->isend(on_device(Tensor::full({1000}, s)), 1, 0));
+  }
+  if (links.grad_out) {
+    requests.push_back(links.grad_out->isend(on_device(Tensor::full({10}, -s)), 0, 0));
+  }
+  for (auto& r : requests) wait(*r, pipe, "link transfers");
+  if (links.grad_in) {
+    EXPECT_EQ(on_host(grad).to_vector<float>(), std::vector<float>(10, -(s + 1.0f)));
+  }
+  world_->barrier("after the links");
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "graph/layers.h"
@@ -37,9 +39,82 @@ using testing::mlp_spec;
 using testing::same_weights;
 using testing::train_config;
 
-// Weights by "layer.param" after training in the given layout (collected from every stage).
+// A backend that calls itself stream-ordered (as nccl does) over the local one, so that on the
+// CPU the trainer splits the point-to-point links of a stream-ordered pipeline and the executor
+// posts receives when it reaches them. Each communicator is named by its chain of splits
+// ("world/1/0"); the names of those that carried point-to-point messages are recorded.
+class StreamOrderedLocal final : public Communicator {
+ public:
+  StreamOrderedLocal(Communicator* inner, std::string name)
+      : inner_(inner), name_(std::move(name)) {
+    set_timeout(inner->timeout());
+  }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return "stream-ordered local"; }
+  std::unique_ptr<Request> isend(const Tensor& t, int peer, int tag) override {
+    record();
+    return inner_->isend(t, peer, tag);
+  }
+  std::unique_ptr<Request> irecv(const Tensor& t, int peer, int tag) override {
+    record();
+    return inner_->irecv(t, peer, tag);
+  }
+  std::unique_ptr<Request> all_reduce(const Tensor& t, ReduceOp op) override {
+    return inner_->all_reduce(t, op);
+  }
+  std::unique_ptr<Request> broadcast(const Tensor& t, int root) override {
+    return inner_->broadcast(t, root);
+  }
+  std::unique_ptr<Request> all_gather(const Tensor& in, const Tensor& out) override {
+    return inner_->all_gather(in, out);
+  }
+  std::unique_ptr<Request> reduce_scatter(const Tensor& in, const Tensor& out) override {
+    return inner_->reduce_scatter(in, out);
+  }
+  void barrier(const std::string& what) override {
+    inner_->set_timeout(timeout());
+    inner_->barrier(what);
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    inner_->set_timeout(timeout());
+    std::unique_ptr<Communicator> sub = inner_->split(color, key);
+    if (sub == nullptr) return nullptr;
+    auto result =
+        std::make_unique<StreamOrderedLocal>(sub.get(), name_ + "/" + std::to_string(color));
+    result->owned_ = std::move(sub);
+    result->set_timeout(timeout());
+    return result;
+  }
+  bool stream_ordered() const override { return true; }
+
+  // The communicators that carried sends or receives, by name.
+  static std::set<std::string> p2p_names() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return p2p_;
+  }
+  static void reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    p2p_.clear();
+  }
+
+ private:
+  void record() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    p2p_.insert(name_);
+  }
+  std::unique_ptr<Communicator> owned_;
+  Communicator* inner_;
+  std::string name_;
+  static inline std::mutex mutex_;
+  static inline std::set<std::string> p2p_;
+};
+
+// Weights by "layer.param" after training in the given layout (collected from every stage), with
+// the local backend, or (stream_ordered) the local backend through StreamOrderedLocal.
 std::map<std::string, std::vector<float>> train(const PipelineConfig& pipeline, int64_t steps,
-                                                TrainSummary* summary = nullptr) {
+                                                TrainSummary* summary = nullptr,
+                                                bool stream_ordered = false) {
   auto data = std::make_shared<LinearClasses>(512, 12, 5);
   const proto::ModelSpec spec = mlp_spec();
   const TrainConfig config = train_config(steps);
@@ -62,7 +137,11 @@ std::map<std::string, std::vector<float>> train(const PipelineConfig& pipeline, 
     body(nullptr);
   } else {
     LocalWorld world(n);
-    run_local_ranks(world, [&](LocalCommunicator& comm) { body(&comm); });
+    run_local_ranks(world, [&](LocalCommunicator& comm) {
+      if (!stream_ordered) return body(&comm);
+      StreamOrderedLocal ordered(&comm, "world");
+      body(&ordered);
+    });
   }
   return weights;
 }
@@ -78,6 +157,31 @@ TEST(Pipeline, SynchronousLayoutsMatchTheSingleProcess) {
   EXPECT_TRUE(same_weights(train(layout(4, 1, 4, ScheduleKind::k1F1B), 6), reference, tol));
   EXPECT_TRUE(same_weights(train(layout(2, 2, 2, ScheduleKind::k1F1B), 6), reference, tol));
   EXPECT_TRUE(same_weights(train(layout(1, 4, 1, ScheduleKind::k1F1B), 6), reference, tol));
+}
+
+// A stream-ordered backend (nccl's way) gets a communicator per direction between neighbouring
+// stages and its receives posted when reached: on the CPU the same messages in the same order,
+// hence the same weights bit for bit, for every schedule, with groups too.
+TEST(Pipeline, StreamOrderedBackendUsesLinksAndGivesTheSameWeights) {
+  for (const PipelineConfig& p :
+       {layout(2, 1, 4, ScheduleKind::k1F1B), layout(3, 1, 4, ScheduleKind::kGPipe),
+        layout(4, 1, 8, ScheduleKind::k1F1B), layout(4, 1, 4, ScheduleKind::kAsync1F1B),
+        layout(2, 2, 2, ScheduleKind::k1F1B)}) {
+    SCOPED_TRACE("S=" + std::to_string(p.stages) + " G=" + std::to_string(p.groups) + " " +
+                 schedule_name(p.schedule));
+    const auto plain = train(p, 4);
+    StreamOrderedLocal::reset();
+    EXPECT_TRUE(same_weights(train(p, 4, nullptr, true), plain, 0.0));
+    // Every send and receive went over a link: a split of a pipeline communicator
+    // ("world/group/boundary"), never the pipeline communicator ("world/group") itself.
+    const std::set<std::string> used = StreamOrderedLocal::p2p_names();
+    EXPECT_FALSE(used.empty());
+    for (const std::string& name : used) {
+      EXPECT_EQ(std::count(name.begin(), name.end(), '/'), 2) << name;
+    }
+    // A link per boundary and group (both directions split with the boundary as color).
+    EXPECT_EQ(used.size(), static_cast<size_t>((p.stages - 1) * p.groups));
+  }
 }
 
 TEST(Pipeline, GPipeAnd1F1BAgree) {

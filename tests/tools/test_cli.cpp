@@ -87,6 +87,34 @@ TEST(Cli, MemoryLimitTooSmallIsAnOutOfMemoryError) {
   EXPECT_TRUE(contains(r.output, "peak")) << r.output;
 }
 
+// --comm and --device as `strata train --help` describes them.
+TEST(Cli, HelpDescribesDevicesAndCommunicators) {
+  const Result r = run_cli("train --help");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"--comm TEXT:{auto,mpi,nccl}=auto", "host values over MPI",
+                        "staged through pinned host memory", "cuda:(local rank % GPUs)",
+                        "cuda:N every process on GPU N"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing " << s << " in\n" << r.output;
+  }
+}
+
+// --comm nccl carries CUDA tensors: refused, naming the flag, for ranks on the CPU and for the
+// threads of --local (before any data is read).
+TEST(Cli, CommNcclOnCpuRanksIsRefusedByName) {
+  Result r = run_cli("train --comm nccl --device cpu --steps 1");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--comm nccl")) << r.output;
+  EXPECT_TRUE(contains(r.output, "CPU")) << r.output;
+  r = run_cli("train --comm nccl --local --stages 2 --steps 1");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--comm nccl")) << r.output;
+  r = run_cli("train --comm mpi --local --stages 2 --device cpu --steps 1");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--comm mpi")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--local")) << r.output;
+  EXPECT_NE(run_cli("train --comm gloo --steps 1").status, 0);
+}
+
 TEST(Cli, BadValuesAreErrorsNotCrashes) {
   EXPECT_EQ(run_cli("train --device cuda:7 --steps 1").status, 1);
   EXPECT_TRUE(contains(run_cli("train --device cuda:7 --steps 1").output, "available: cpu"));
