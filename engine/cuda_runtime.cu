@@ -88,6 +88,29 @@ void memcpy_async(void* dst, const void* src, size_t nbytes, void* stream) {
       cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
 }
 
+void memset_async(void* dst, int value, size_t nbytes, void* stream) {
+  if (nbytes == 0) return;
+  STRATA_CUDA_CHECK(cudaMemsetAsync(dst, value, nbytes, static_cast<cudaStream_t>(stream)));
+}
+
+struct HostEvent::State {
+  int device;
+  Event event;
+  explicit State(int d) : device(d) {}
+};
+
+HostEvent::HostEvent(int device) {
+  STRATA_CUDA_CHECK(cudaSetDevice(device));
+  state_ = new State(device);
+}
+HostEvent::~HostEvent() { delete state_; }
+void HostEvent::record(void* stream) {
+  STRATA_CUDA_CHECK(cudaSetDevice(state_->device));
+  state_->event.record(static_cast<cudaStream_t>(stream));
+}
+bool HostEvent::done() const { return state_->event.query(); }
+void HostEvent::synchronize() const { state_->event.synchronize(); }
+
 void range_push(const char* name) { nvtxRangePushA(name); }
 void range_pop() { nvtxRangePop(); }
 

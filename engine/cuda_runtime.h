@@ -34,6 +34,26 @@ void memset_blocking(void* dst, int value, size_t nbytes, Device device);
 // host side should be pinned (PinnedHostAllocator) for the copy to overlap anything.
 void memcpy_async(void* dst, const void* src, size_t nbytes, void* stream);
 
+// Sets nbytes of device memory to `value` on `stream` (a cudaStream_t) without waiting.
+void memset_async(void* dst, int value, size_t nbytes, void* stream);
+
+// An event recorded on a stream, which the host can test and wait for, for code compiled without
+// the CUDA headers. Constructing one throws in a build without CUDA.
+class HostEvent {
+ public:
+  explicit HostEvent(int device);
+  ~HostEvent();
+  HostEvent(const HostEvent&) = delete;
+  HostEvent& operator=(const HostEvent&) = delete;
+  void record(void* stream);  // a cudaStream_t of the event's device
+  bool done() const;          // the work recorded before it has finished (never blocks)
+  void synchronize() const;   // waits on the host for that work
+
+ private:
+  struct State;
+  State* state_ = nullptr;
+};
+
 // Creates the CUDA state of an ExecContext on cuda:`device` (stream, handles, workspaces).
 CudaExec* create_exec(int device);
 // The stream of a CudaExec, as a cudaStream_t.

@@ -25,6 +25,13 @@ void memcpy_blocking(void*, Device dst_device, const void*, Device src_device, s
 }
 void memset_blocking(void*, int, size_t, Device device) { no_cuda("memset on " + device.str()); }
 void memcpy_async(void*, const void*, size_t, void*) { no_cuda("asynchronous copy"); }
+void memset_async(void*, int, size_t, void*) { no_cuda("asynchronous memset"); }
+
+HostEvent::HostEvent(int device) { no_cuda("an event on cuda:" + std::to_string(device)); }
+HostEvent::~HostEvent() = default;
+void HostEvent::record(void*) { no_cuda("an event"); }
+bool HostEvent::done() const { return true; }
+void HostEvent::synchronize() const {}
 
 CudaExec* create_exec(int device) { no_cuda("cuda:" + std::to_string(device)); }
 void destroy_exec(CudaExec* exec) {

@@ -2,6 +2,7 @@
 #include "graph/param_store.h"
 
 #include "engine/check.h"
+#include "engine/cuda_runtime.h"
 #include "engine/philox.h"
 #include "graph/model.h"
 #include "ops/precision.h"
@@ -121,6 +122,22 @@ void ParamStore::initialize(uint64_t seed) {
 void ParamStore::zero_grads() {
   grads_.zero_();
   if (mixed()) work_grads_.zero_();
+}
+
+namespace {
+void zero_on_stream(ExecContext& ctx, const Tensor& t) {
+  if (t.numel() == 0) return;
+  if (t.device().is_cuda() && ctx.device() == t.device()) {
+    cuda::memset_async(t.raw_data(), 0, t.nbytes(), cuda::exec_stream(ctx.cuda()));
+  } else {
+    t.zero_();
+  }
+}
+}  // namespace
+
+void ParamStore::zero_grads(ExecContext& ctx) {
+  zero_on_stream(ctx, grads_);
+  if (mixed()) zero_on_stream(ctx, work_grads_);
 }
 
 const Tensor& ParamStore::working_params() const { return mixed() ? work_params_ : params_; }

@@ -61,6 +61,8 @@ class ParamStore {
   // (seed, "layer.name"): identical whichever range of layers a store holds.
   void initialize(uint64_t seed);
   void zero_grads();
+  // The same, ordered on the context's stream without waiting for the device (CUDA).
+  void zero_grads(ExecContext& ctx);
 
   const Tensor& params() const { return params_; }    // (num_params,)
   const Tensor& grads() const { return grads_; }      // (num_params,)

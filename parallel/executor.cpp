@@ -109,7 +109,8 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
       config_(config),
       trace_(trace),
       optimizer_(store, config.optimizer),
-      optimizer_steps_(config.first_step) {
+      optimizer_steps_(config.first_step),
+      uploader_(ctx) {
   STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
       << "executor: stage " << range.stage << " of " << range.stages;
   STRATA_CHECK(range.begin < range.end && range.end <= model.size())
@@ -498,7 +499,7 @@ void Executor::optimizer_step(StepStats* stats) {
     const bool ready = grouped_dp_->gradients_for(updates_ - 1);
     collective_seconds_ += seconds_since(start);
     if (!ready) {
-      store_.zero_grads();  // the first D updates only launch their all-reduce
+      store_.zero_grads(ctx_);  // the first D updates only launch their all-reduce
       return;
     }
   }
@@ -546,7 +547,7 @@ void Executor::apply_update(StepStats* stats) {
   }
   const graph::OptimizerStepInfo info =
       optimizer_.step(ctx_, optimizer_steps_, global_sum, loss_scale_);
-  store_.zero_grads();
+  store_.zero_grads(ctx_);
   ++optimizer_steps_;
   // Mixed precision: the asynchronous schedule computes on the new weights within this program
   // (a synchronous one refreshes them when its next program starts).

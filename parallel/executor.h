@@ -75,6 +75,7 @@
 
 #include "engine/exec_context.h"
 #include "engine/tape.h"
+#include "engine/uploader.h"
 #include "graph/model.h"
 #include "graph/optimizer.h"
 #include "graph/param_store.h"
@@ -214,10 +215,9 @@ class Executor {
 
   bool first_stage() const { return range_.stage == 0; }
   // `t` on this rank's device: itself when it is there already, else a copy (data-loader
-  // batches are host tensors).
-  Tensor on_device(const Tensor& t) const {
-    return !t.defined() || t.device() == ctx_.device() ? t : to_allocator(t, ctx_.allocator());
-  }
+  // batches are host tensors), ordered on the stream without waiting for the device
+  // (engine/uploader.h).
+  Tensor on_device(const Tensor& t) { return uploader_.upload(t); }
   bool last_stage() const { return range_.stage == range_.stages - 1; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
 
@@ -283,6 +283,7 @@ class Executor {
   int64_t updates_ = 0;
   double loss_scale_ = 1.0;
   bool last_backward_ = false;  // the Backward being executed is the last before a ReduceGrads
+  Uploader uploader_;           // batches to the device
   // The last stage's loss of each micro-batch of the running program, read when it ends.
   std::vector<Tensor> losses_;
   // Mixed precision: the working statistics changed since they were stored to the masters.
