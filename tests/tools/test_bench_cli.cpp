@@ -1,6 +1,7 @@
 // `strata bench --model`: a few training steps of tiny models on the CPU print the report lines
-// and a JSON Lines record; mixed precision is refused. The op benchmark without --model is
-// covered by test_cli (Cli.ProfileAndBenchRun).
+// and a JSON Lines record; bf16/fp16 mixed precision is refused on the CPU (a GPU's to run), and
+// the help says so. The op benchmark without --model is covered by test_cli
+// (Cli.ProfileAndBenchRun).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -55,16 +56,45 @@ TEST(BenchCli, ResNetTinyReportsImagesPerSecond) {
   EXPECT_FALSE(contains(r.output, "tokens/s")) << r.output;
 }
 
-TEST(BenchCli, MixedPrecisionIsRefused) {
+// bf16/fp16 run on CUDA only: the CPU emulates 16 bits through its f32 kernels (slower than
+// fp32), so the model benchmark refuses them there, naming --precision, before building anything.
+TEST(BenchCli, MixedPrecisionIsRefusedOnTheCpu) {
   for (const char* p : {"bf16", "fp16"}) {
-    const auto r = run_cli(std::string("bench --model gpt2 --size tiny --batch-size 2 --seq-len 16 "
+    const auto r = run_cli(std::string("bench --model gpt2 --size tiny --batch-size 2 --seq-len 32 "
                                        "--steps 1 --warmup 0 --device cpu --precision ") +
                            p);
     EXPECT_EQ(r.status, 1) << r.output;
-    EXPECT_TRUE(contains(r.output, "mixed precision")) << r.output;
-    EXPECT_TRUE(contains(r.output, "not implemented")) << r.output;
+    EXPECT_TRUE(contains(r.output, std::string("--precision ") + p)) << r.output;
+    EXPECT_TRUE(contains(r.output, "emulates 16-bit mixed precision")) << r.output;
+    EXPECT_TRUE(contains(r.output, "--device cuda:N")) << r.output;
+    EXPECT_FALSE(contains(r.output, "not implemented")) << r.output;
     EXPECT_FALSE(contains(r.output, "step time")) << r.output;
   }
+  // The CPU op benchmark (no --model) runs fp32 only.
+  const auto ops = run_cli("bench --precision bf16 --filter linear_fc1 --min-seconds 0.01");
+  EXPECT_EQ(ops.status, 1) << ops.output;
+  EXPECT_TRUE(contains(ops.output, "--precision bf16: the CPU op benchmark runs fp32 only"))
+      << ops.output;
+}
+
+TEST(BenchCli, UnknownPrecisionIsAnError) {
+  const auto r = run_cli(
+      "bench --model gpt2 --size tiny --batch-size 2 --seq-len 16 --steps 1 --device cpu "
+      "--precision fp8");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--precision fp8 is not one of fp32, tf32, bf16, fp16"))
+      << r.output;
+}
+
+// The help says what bf16/fp16 do and that fp16 runs without loss scaling.
+TEST(BenchCli, HelpDescribesMixedPrecision) {
+  const auto r = run_cli("bench --help");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"--precision", "bf16 or fp16", "f32 master weights", "without loss",
+                        "throughput only", "the CPU runs fp32 only"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing '" << s << "' in\n" << r.output;
+  }
+  EXPECT_FALSE(contains(r.output, "not implemented")) << r.output;
 }
 
 TEST(BenchCli, ModelNeedsABatchSize) {

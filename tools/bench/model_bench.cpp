@@ -5,6 +5,16 @@
 // host-to-device copy (as in PyTorch benchmarks on synthetic GPU tensors). The device is
 // synchronized at the end of every step before the clock is read; the step times' median and mean
 // are reported.
+//
+// Mixed precision (--precision bf16|fp16, CUDA only) does what a step of `strata train` does
+// (parallel/executor.h): the ParamStore keeps f32 master weights, gradients and optimizer state
+// and binds the layers to 16-bit working copies; every step refreshes the working weights and
+// statistics from the masters (load_working), rounds floating inputs (images) to 16 bits, runs
+// forward, loss (f32, from 16-bit logits) and backward in 16 bits, moves the 16-bit gradients into
+// the f32 masters (flush_grads), copies the running statistics back (store_working_buffers) and
+// updates the masters with AdamW; all of it is timed. fp16 runs without loss scaling (`strata
+// train` turns on a dynamic scale): the benchmark measures throughput, not convergence. The CPU
+// emulates 16 bits through its f32 kernels (ops/dispatch.cpp), slower than fp32: refused here.
 #include "tools/bench/model_bench.h"
 
 #include <algorithm>
@@ -29,6 +39,7 @@
 #include "models/flops.h"
 #include "models/registry.h"
 #include "ops/cross_entropy.h"
+#include "ops/precision.h"
 #include "tools/bench/roofline.h"
 #include "tools/common.h"
 
@@ -52,8 +63,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
                   "Image models: side of the synthetic images (0 = 224 px and 1000 classes for "
                   "resnet 18-152 and vgg 11-19, else 32 px and 10 classes)");
   cmd->add_option("--precision", o.precision,
-                  "fp32, or tf32 (fp32 tensors, TF32 tensor-core products on CUDA); bf16/fp16 "
-                  "are refused: mixed precision is not implemented yet");
+                  "fp32; tf32 (fp32 tensors, TF32 tensor-core products on CUDA); bf16 or fp16: "
+                  "mixed precision on CUDA (16-bit activations, gradients and products' inputs, "
+                  "f32 master weights, gradients and AdamW state, f32 loss; fp16 without loss "
+                  "scaling: the benchmark measures throughput only). With --model the CPU runs "
+                  "fp32 only (it emulates 16 bits with f32 math: slower, not a benchmark)");
   cmd->add_option("--device", o.device,
                   "auto, cpu or cuda:N (empty = auto with --model, cpu for the op benchmarks; "
                   "cuda:N runs the CUDA op benchmarks)");
@@ -80,7 +94,8 @@ int run_bench(const BenchOptions& o) {
   const Device device = resolve_device(o.device.empty() ? "cpu" : o.device);
   if (device.is_cuda()) return run_cuda_op_bench(o.ops, device, o.precision);
   STRATA_CHECK(o.precision == "fp32")
-      << "--precision " << o.precision << ": the CPU op benchmark runs fp32 only";
+      << "--precision " << o.precision
+      << ": the CPU op benchmark runs fp32 only (tf32, bf16 and fp16 with --device cuda:N)";
   return run_op_bench(o.ops);
 }
 
@@ -89,6 +104,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 bool is_text_model(const std::string& name) { return name == "gpt2" || name == "bert"; }
+
+// The dtype the layers compute in for --precision (tf32 is f32 with TF32 products).
+DType compute_dtype(const std::string& precision) {
+  if (precision == "bf16") return DType::kBF16;
+  if (precision == "fp16") return DType::kF16;
+  return DType::kF32;
+}
+
+// The report's precision: "bf16 (f32 master weights)" under mixed precision.
+std::string describe_precision(const std::string& precision) {
+  if (precision == "bf16") return "bf16 (f32 master weights)";
+  if (precision == "fp16") return "fp16 (f32 master weights, no loss scaling)";
+  return precision;
+}
 
 // ImageNet-sized image models: 224 px, 1000 classes by default.
 bool is_imagenet_model(const std::string& name, const std::string& size) {
@@ -208,6 +237,11 @@ int run_model_bench(const BenchOptions& o) {
   STRATA_CHECK(!is_text_model(o.model) || o.image_size == 0)
       << "--image-size applies to image models, not to " << o.model;
   const Device device = resolve_device(o.device.empty() ? "auto" : o.device);
+  const DType compute = compute_dtype(o.precision);
+  STRATA_CHECK(device.is_cuda() || compute == DType::kF32)
+      << "--precision " << o.precision << " on " << device.str()
+      << ": the CPU emulates 16-bit mixed precision through its f32 kernels, slower than fp32, so "
+         "it is not benchmarked; use --precision fp32 on the CPU, or --device cuda:N";
   STRATA_CHECK(device.is_cuda() || o.precision == "fp32")
       << "--precision " << o.precision << " applies to CUDA devices; the CPU runs fp32";
 
@@ -223,7 +257,8 @@ int run_model_bench(const BenchOptions& o) {
   const DevicePeaks peaks = device.is_cuda() ? device_peaks(device_name) : DevicePeaks{};
   const double peak = peak_flops(peaks, o.precision);
 
-  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
+  // Mixed precision: f32 masters, the layers bound to 16-bit working copies.
+  graph::ParamStore store(*model, 0, model->size(), ctx.allocator(), DType::kF32, compute);
   store.initialize(o.seed);
   graph::OptimizerConfig opt;
   opt.kind = graph::OptimizerKind::kAdamW;
@@ -237,11 +272,11 @@ int run_model_bench(const BenchOptions& o) {
     batches.push_back(load_batch(*w.data, b * o.batch_size, o.batch_size, ctx.allocator()));
   }
 
-  std::printf("benchmark: %s on %s, %s, batch %lld%s\n", model->name().c_str(),
-              device.str().c_str(), o.precision.c_str(), static_cast<long long>(o.batch_size),
-              is_text_model(o.model)
-                  ? (" x " + std::to_string(w.tokens_per_sample) + " tokens").c_str()
-                  : "");
+  std::printf(
+      "benchmark: %s on %s, %s, batch %lld%s\n", model->name().c_str(), device.str().c_str(),
+      describe_precision(o.precision).c_str(), static_cast<long long>(o.batch_size),
+      is_text_model(o.model) ? (" x " + std::to_string(w.tokens_per_sample) + " tokens").c_str()
+                             : "");
   std::fflush(stdout);
 
   std::vector<double> step_seconds;
@@ -251,12 +286,17 @@ int run_model_bench(const BenchOptions& o) {
   for (int64_t step = 0; step < total; ++step) {
     const Batch& batch = batches[step % batches.size()];
     const auto t0 = Clock::now();
+    store.load_working(ctx);  // mixed precision: 16-bit weights and statistics from the masters
     Tape tape;
     graph::ForwardOptions fwd;
     fwd.seed = o.seed;
     fwd.step = step;
     fwd.sample_offset = (step % 2) * o.batch_size;
-    const TensorList out = model->forward(ctx, 0, model->size(), {batch.input}, tape, fwd);
+    // Mixed precision: images rounded to 16 bits (token ids stay integers).
+    const Tensor input = store.mixed() && is_floating(batch.input.dtype())
+                             ? ops::cast(ctx, batch.input, compute)
+                             : batch.input;
+    const TensorList out = model->forward(ctx, 0, model->size(), {input}, tape, fwd);
     const Tensor& logits = out.at(0);
     const Tensor flat_logits = logits.reshape({-1, logits.size(-1)});
     const Tensor flat_target = batch.target.reshape({-1});
@@ -265,6 +305,8 @@ int run_model_bench(const BenchOptions& o) {
     const Tensor dlogits =
         ops::cross_entropy_backward(ctx, flat_logits, flat_target, loss_options, 1.0);
     model->backward(ctx, 0, model->size(), {dlogits.view(logits.shape())}, tape);
+    store.flush_grads(ctx);            // mixed precision: 16-bit gradients into the f32 masters
+    store.store_working_buffers(ctx);  // and the running statistics the forward pass updated
     optimizer.step(ctx, step);
     store.zero_grads();
     ctx.synchronize();
@@ -293,14 +335,18 @@ int run_model_bench(const BenchOptions& o) {
   rows.push_back({"model", model->name() + ", " + grouped(flops.params.total) + " parameters (" +
                                grouped(flops.params.embedding) + " in embeddings)"});
   rows.push_back({"device", device.str() + " (" + device_name + ")"});
-  rows.push_back({"precision", o.precision});
+  rows.push_back({"precision", describe_precision(o.precision)});
   rows.push_back({"batch", std::to_string(o.batch_size) +
                                (is_text_model(o.model)
                                     ? " x " + std::to_string(w.tokens_per_sample) + " tokens"
                                     : std::string(o.batch_size == 1 ? " image" : " images")) +
                                " (" + w.data_line + "; resident on the device)"});
   rows.push_back({"steps", std::to_string(o.steps) + " timed after " + std::to_string(o.warmup) +
-                               " warm-up (forward, loss, backward, AdamW); first step " +
+                               (store.mixed() ? " warm-up (16-bit weights from the f32 masters, "
+                                                "forward, loss, backward, gradients to the "
+                                                "masters, AdamW); first step "
+                                              : " warm-up (forward, loss, backward, AdamW); first "
+                                                "step ") +
                                fixed(first_step_seconds * 1e3, 1) + " ms"});
   rows.push_back({"step time", "median " + fixed(med * 1e3, 2) + " ms, mean " +
                                    fixed(mean * 1e3, 2) + " ms (min " + fixed(lo * 1e3, 2) +
@@ -313,9 +359,13 @@ int run_model_bench(const BenchOptions& o) {
   if (peak > 0) {
     rows.push_back({"peak", fixed(peak / 1e12, 1) + " TFLOP/s (" + peaks.name + ", " + o.precision +
                                 " dense)"});
-    rows.push_back({"MFU", fixed(100.0 * achieved / peak, 2) + "% (of the " + o.precision +
-                               " peak; " + fixed(100.0 * achieved / (peaks.bf16_tflops * 1e12), 2) +
-                               "% of the bf16 peak, llm.c's yardstick)"});
+    // Under bf16/fp16 the precision's peak is the bf16 one already.
+    rows.push_back(
+        {"MFU",
+         fixed(100.0 * achieved / peak, 2) + "% (of the " + o.precision + " peak" +
+             (store.mixed() ? std::string(")")
+                            : "; " + fixed(100.0 * achieved / (peaks.bf16_tflops * 1e12), 2) +
+                                  "% of the bf16 peak, llm.c's yardstick)")});
   } else {
     rows.push_back(
         {"peak", "peak unknown for " + (device.is_cuda() ? device_name : "the CPU") + " (no MFU)"});
@@ -335,6 +385,9 @@ int run_model_bench(const BenchOptions& o) {
                            {"device", device.str()},
                            {"device_name", device_name},
                            {"precision", o.precision},
+                           {"compute_dtype", dtype_name(compute)},
+                           {"master_dtype", "f32"},
+                           {"loss_scaling", false},
                            {"batch_size", o.batch_size},
                            {"steps", o.steps},
                            {"warmup", o.warmup},

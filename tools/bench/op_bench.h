@@ -20,7 +20,8 @@ int run_op_bench(const OpBenchOptions& options);
 
 // The hot ops of GPT-2 124M (B=8, T=1024, C=768, H=12, V=50257) and ResNet-50 (batch 64, 224 px)
 // on `device` (cuda:N), timed with CUDA events on the context's stream, each against the roofline
-// of the GPU (tools/bench/roofline.h); precision fp32 or tf32 (tools/bench/cuda_op_bench.cpp).
+// of the GPU (tools/bench/roofline.h); precision fp32, tf32, or bf16/fp16 (16-bit tensors, the
+// mixed-precision cast and gradient moves; tools/bench/cuda_op_bench.cpp).
 // Throws in a build without CUDA.
 int run_cuda_op_bench(const OpBenchOptions& options, const Device& device,
                       const std::string& precision);

@@ -49,14 +49,10 @@ double roofline_seconds(double flops, double bytes, double peak_flops_per_s,
 }
 
 void check_precision(const std::string& precision) {
-  if (precision == "fp32" || precision == "tf32") return;
-  if (precision == "bf16" || precision == "fp16") {
-    STRATA_THROW() << "--precision " << precision
-                   << ": mixed precision (bf16/fp16 activations) is not implemented in Strata yet; "
-                      "use fp32 or tf32 (fp32 tensors with TF32 tensor-core products)";
+  if (precision == "fp32" || precision == "tf32" || precision == "bf16" || precision == "fp16") {
+    return;
   }
-  STRATA_THROW() << "--precision " << precision << " is not one of fp32, tf32 (bf16 and fp16: "
-                 << "not implemented yet)";
+  STRATA_THROW() << "--precision " << precision << " is not one of fp32, tf32, bf16, fp16";
 }
 
 }  // namespace strata::tools

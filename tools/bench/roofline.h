@@ -33,9 +33,9 @@ double peak_bytes_per_second(const DevicePeaks& peaks);
 double roofline_seconds(double flops, double bytes, double peak_flops_per_s,
                         double peak_bytes_per_s);
 
-// The precisions a benchmark may be asked for: fp32 and tf32 run; bf16 and fp16 are refused with
-// an error saying that mixed precision is not implemented yet; anything else is an error listing
-// the valid ones.
+// The precisions a benchmark may be asked for: fp32, tf32 (f32 tensors, TF32 tensor-core
+// products), bf16 and fp16 (mixed precision: 16-bit tensors, f32 master weights); anything else
+// is an error listing the valid ones. Where each runs is the benchmark's to check (the CPU: fp32).
 void check_precision(const std::string& precision);
 
 }  // namespace strata::tools
