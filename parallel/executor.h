@@ -50,7 +50,8 @@
 // its request has completed (the host waits for it at RecvAct/RecvGrad). With a stream-ordered
 // backend (on any device), receives are posted when the interpreter reaches them, not `lookahead`
 // instructions ahead: a receive in flight is a device kernel waiting for its peer, and the engine's
-// blocking copies (an input or target moved to the device, a loss read back: cuda::memcpy_blocking)
+// blocking copies (the losses read back at the end of a program, a gradient norm, checkpoint and
+// metric reads: cuda::memcpy_blocking; inputs and targets go up without waiting, Uploader)
 // synchronize the whole device, so one posted early would hold this stage's next copy until the
 // peer sends, while the peer may be waiting for this stage (a deadlock). Sends are still posted
 // as soon as the tensor is produced; a send in flight is device work too, so this stage's next
