@@ -596,6 +596,12 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   config.nan_policy = parallel::parse_nan_policy(o.nan_policy);
   config.loss_scale = parallel::parse_loss_scale(resolved_loss_scale(o));
   config.compute_dtype = compute_dtype(o.precision);
+  // fp16 scales its loss by default; say so when that is what stands in the way.
+  STRATA_CHECK(o.loss_scale != "auto" || o.precision != "fp16" ||
+               (parallel::is_synchronous(p.schedule) && o.dp_delay == 0))
+      << "--precision fp16 scales the loss (--loss-scale auto is dynamic under fp16), which needs "
+         "a synchronous schedule and no --dp-delay; use bf16, or --loss-scale off to run fp16 "
+         "without scaling (small gradients may underflow to zero)";
   config.loss_scale.window = o.loss_scale_window;
   parallel::check_loss_scale(config.loss_scale);
   STRATA_CHECK(o.save_every >= 0 && o.keep_last >= 0)

@@ -131,6 +131,12 @@ TEST(Cli, BadValuesAreErrorsNotCrashes) {
       run_cli("train --precision fp16 --steps 2 --train-samples 64 --test-samples 64");
   EXPECT_EQ(fp16.status, 0) << fp16.output;
   EXPECT_TRUE(contains(fp16.output, "loss scale       dynamic")) << fp16.output;
+  // ... which the asynchronous schedule cannot have: the error says why and what to pass.
+  const Result async_fp16 = run_cli(
+      "train --precision fp16 --stages 2 --local --schedule async-1f1b --micro-batches 2 --steps 1 "
+      "--train-samples 64 --test-samples 64");
+  EXPECT_EQ(async_fp16.status, 1) << async_fp16.output;
+  EXPECT_TRUE(contains(async_fp16.output, "--loss-scale off")) << async_fp16.output;
   EXPECT_NE(run_cli("train --precision fp64 --steps 1").status, 0);
   EXPECT_EQ(run_cli("train --batch-size 0 --steps 1 --train-samples 64 --test-samples 64").status,
             1);
