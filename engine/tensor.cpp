@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/cuda_runtime.h"
+#include "engine/element.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -52,83 +53,7 @@ Storage::Storage(Allocator& allocator, size_t nbytes, const char* what)
 
 Storage::~Storage() { allocator_->deallocate(data_, nbytes_); }
 
-// ---- element conversion ------------------------------------------------------------------------
-
 namespace {
-
-template <typename T>
-inline double load_as_double(const T& v) {
-  return static_cast<double>(v);
-}
-template <>
-inline double load_as_double<Half>(const Half& v) {
-  return half_to_float(v);
-}
-template <>
-inline double load_as_double<BFloat16>(const BFloat16& v) {
-  return bf16_to_float(v);
-}
-
-template <typename T>
-inline T store_from_double(double v) {
-  return static_cast<T>(v);
-}
-template <>
-inline Half store_from_double<Half>(double v) {
-  return float_to_half(static_cast<float>(v));
-}
-template <>
-inline BFloat16 store_from_double<BFloat16>(double v) {
-  return float_to_bf16(static_cast<float>(v));
-}
-template <>
-inline float store_from_double<float>(double v) {
-  return static_cast<float>(v);
-}
-template <>
-inline uint8_t store_from_double<uint8_t>(double v) {
-  return static_cast<uint8_t>(static_cast<int64_t>(v));
-}
-
-template <typename Dst, typename Src>
-inline Dst convert(const Src& v) {
-  if constexpr (std::is_same_v<Dst, Src>) {
-    return v;
-  } else if constexpr (std::is_integral_v<Dst> && std::is_integral_v<Src>) {
-    return static_cast<Dst>(v);
-  } else {
-    return store_from_double<Dst>(load_as_double<Src>(v));
-  }
-}
-
-// Calls f(type_tag) with a value of the C++ type of `dtype`.
-template <typename F>
-void dispatch_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kF64:
-      f(double{});
-      return;
-    case DType::kF16:
-      f(Half{});
-      return;
-    case DType::kBF16:
-      f(BFloat16{});
-      return;
-    case DType::kI32:
-      f(int32_t{});
-      return;
-    case DType::kI64:
-      f(int64_t{});
-      return;
-    case DType::kU8:
-      f(uint8_t{});
-      return;
-  }
-  STRATA_THROW() << "invalid dtype";
-}
 
 // Row-major walk over `shape`, calling row(dst_offset, src_offset, inner_len) for each innermost
 // row; offsets in elements.
@@ -469,7 +394,7 @@ void Tensor::copy_from(const Tensor& src) const {
       const int64_t ds = dst_strides.empty() ? 1 : dst_strides.back();
       const int64_t ss = src_strides.empty() ? 1 : src_strides.back();
       for_each_row(shape_, dst_strides, src_strides, [&](int64_t doff, int64_t soff, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) d[doff + i * ds] = convert<Dst>(s[soff + i * ss]);
+        for (int64_t i = 0; i < n; ++i) d[doff + i * ds] = convert_element<Dst>(s[soff + i * ss]);
       });
     });
   });

@@ -18,7 +18,10 @@ Uploader::~Uploader() {
 
 void Uploader::reclaim(bool wait_for_oldest) {
   if (wait_for_oldest && !staged_.empty()) staged_.front().copied->synchronize();
-  while (!staged_.empty() && staged_.front().copied->done()) staged_.pop_front();
+  while (!staged_.empty() && staged_.front().copied->done()) {
+    spare_events_.push_back(std::move(staged_.front().copied));
+    staged_.pop_front();
+  }
 }
 
 Tensor Uploader::upload(const Tensor& t) {
@@ -31,7 +34,12 @@ Tensor Uploader::upload(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), t.dtype(), &ctx_.allocator());
   void* stream = cuda::exec_stream(ctx_.cuda());
   cuda::memcpy_async(out.raw_data(), s.pinned.raw_data(), t.nbytes(), stream);
-  s.copied = std::make_unique<cuda::HostEvent>(ctx_.device().index);
+  if (spare_events_.empty()) {
+    s.copied = std::make_unique<cuda::HostEvent>(ctx_.device().index);
+  } else {
+    s.copied = std::move(spare_events_.back());
+    spare_events_.pop_back();
+  }
   s.copied->record(stream);
   staged_.push_back(std::move(s));
   return out;

@@ -10,6 +10,7 @@
 
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "engine/allocator.h"
 #include "engine/cuda_runtime.h"
@@ -41,6 +42,7 @@ class Uploader {
   ExecContext& ctx_;
   std::unique_ptr<Allocator> pinned_;  // PinnedHostAllocator on CUDA
   std::deque<Staged> staged_;
+  std::vector<std::unique_ptr<cuda::HostEvent>> spare_events_;  // of reclaimed uploads
 };
 
 }  // namespace strata

@@ -18,6 +18,7 @@
 
 #include "engine/check.h"
 #include "engine/cuda_runtime.h"
+#include "engine/element.h"
 #include "ops/accuracy.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
@@ -144,17 +145,15 @@ class Widening {
         continue;
       }
       const float* c = copy.data<float>();
-      if (original.dtype() == DType::kBF16) {
-        BFloat16* o = original.data<BFloat16>();
+      dispatch_dtype(original.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        T* o = static_cast<T*>(original.raw_data());
         for (int64_t i = 0; i < copy.numel(); ++i) {
-          if (!same_bits(c[i], bf16_to_float(o[i]))) o[i] = float_to_bf16(c[i]);
+          if (!same_bits(c[i], static_cast<float>(load_as_double(o[i])))) {
+            o[i] = store_from_double<T>(c[i]);
+          }
         }
-      } else {
-        Half* o = original.data<Half>();
-        for (int64_t i = 0; i < copy.numel(); ++i) {
-          if (!same_bits(c[i], half_to_float(o[i]))) o[i] = float_to_half(c[i]);
-        }
-      }
+      });
     }
   }
 

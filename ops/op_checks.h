@@ -18,4 +18,15 @@ inline void check_shape(const Tensor& t, const Shape& expected, const char* op, 
                                       << ", expected " << shape_str(expected);
 }
 
+// dst and src (of the conversions, ops/precision.h): as many elements, and no byte in common.
+inline void check_conversion_pair(const Tensor& dst, const Tensor& src, const char* op) {
+  STRATA_CHECK_EQ(dst.numel(), src.numel())
+      << op << ": dst " << dst.str() << " and src " << src.str() << " differ in size";
+  if (!dst.shares_storage(src)) return;
+  const char* d = static_cast<const char*>(dst.raw_data());
+  const char* s = static_cast<const char*>(src.raw_data());
+  STRATA_CHECK(d + dst.nbytes() <= s || s + src.nbytes() <= d)
+      << op << ": dst " << dst.str() << " and src " << src.str() << " overlap";
+}
+
 }  // namespace strata::ops::detail

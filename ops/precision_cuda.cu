@@ -30,11 +30,16 @@ __global__ void move_add_kernel(int64_t n, S* __restrict__ src, D* __restrict__ 
   }
 }
 
-void check_pair(const Tensor& dst, const Tensor& src, ExecContext& ctx, const char* op) {
+// Checks dst and src and calls f(D{}, S{}) with their element types.
+template <typename F>
+void dispatch_pair(ExecContext& ctx, const Tensor& dst, const Tensor& src, const char* op, F&& f) {
   cd::check_float(dst, ctx, op, "dst");
   cd::check_float(src, ctx, op, "src");
-  STRATA_CHECK_EQ(dst.numel(), src.numel())
-      << op << ": dst " << dst.str() << " and src " << src.str() << " differ in size";
+  ::strata::ops::detail::check_conversion_pair(dst, src, op);
+  if (dst.numel() == 0) return;
+  cd::dispatch_float(dst.dtype(), op, [&](auto d) {
+    cd::dispatch_float(src.dtype(), op, [&](auto s) { f(d, s); });
+  });
 }
 
 }  // namespace
@@ -42,41 +47,27 @@ void check_pair(const Tensor& dst, const Tensor& src, ExecContext& ctx, const ch
 void cast_copy_(ExecContext& ctx, const Tensor& dst, const Tensor& src) {
   constexpr const char* kOp = "cast_copy_";
   CudaExec& ex = ::strata::cuda::exec(ctx, kOp);
-  check_pair(dst, src, ctx, kOp);
   const int64_t n = dst.numel();
-  if (n == 0) return;
-  cd::dispatch_float(dst.dtype(), kOp, [&](auto dtag) {
+  dispatch_pair(ctx, dst, src, kOp, [&](auto dtag, auto stag) {
     using D = decltype(dtag);
-    cd::dispatch_float(src.dtype(), kOp, [&](auto stag) {
-      using S = decltype(stag);
-      cast_kernel<D, S><<<::strata::cuda::blocks_for(n, kThreads, ex), kThreads, 0, ex.stream()>>>(
-          n, static_cast<const S*>(src.raw_data()), static_cast<D*>(dst.raw_data()));
-      STRATA_CUDA_LAUNCH_CHECK("cast_kernel");
-    });
+    using S = decltype(stag);
+    cast_kernel<D, S><<<::strata::cuda::blocks_for(n, kThreads, ex), kThreads, 0, ex.stream()>>>(
+        n, static_cast<const S*>(src.raw_data()), static_cast<D*>(dst.raw_data()));
+    STRATA_CUDA_LAUNCH_CHECK("cast_kernel");
   });
 }
 
 void move_add_(ExecContext& ctx, const Tensor& dst, const Tensor& src) {
   constexpr const char* kOp = "move_add_";
   CudaExec& ex = ::strata::cuda::exec(ctx, kOp);
-  check_pair(dst, src, ctx, kOp);
-  if (dst.shares_storage(src)) {
-    const char* d = static_cast<const char*>(dst.raw_data());
-    const char* s = static_cast<const char*>(src.raw_data());
-    STRATA_CHECK(d + dst.nbytes() <= s || s + src.nbytes() <= d)
-        << kOp << ": dst " << dst.str() << " and src " << src.str() << " overlap";
-  }
   const int64_t n = dst.numel();
-  if (n == 0) return;
-  cd::dispatch_float(dst.dtype(), kOp, [&](auto dtag) {
+  dispatch_pair(ctx, dst, src, kOp, [&](auto dtag, auto stag) {
     using D = decltype(dtag);
-    cd::dispatch_float(src.dtype(), kOp, [&](auto stag) {
-      using S = decltype(stag);
-      move_add_kernel<D, S>
-          <<<::strata::cuda::blocks_for(n, kThreads, ex), kThreads, 0, ex.stream()>>>(
-              n, static_cast<S*>(src.raw_data()), static_cast<D*>(dst.raw_data()));
-      STRATA_CUDA_LAUNCH_CHECK("move_add_kernel");
-    });
+    using S = decltype(stag);
+    move_add_kernel<D, S>
+        <<<::strata::cuda::blocks_for(n, kThreads, ex), kThreads, 0, ex.stream()>>>(
+            n, static_cast<S*>(src.raw_data()), static_cast<D*>(dst.raw_data()));
+    STRATA_CUDA_LAUNCH_CHECK("move_add_kernel");
   });
 }
 

@@ -91,7 +91,7 @@ ModelProfile profile_model(const ProfileOptions& o) {
     fwd.step = step;
     graph::train_forward_backward(ctx, model, batch.input, batch.target, {}, fwd,
                                   result.profiler.get());
-    store.zero_grads();
+    store.zero_grads(ctx);
     if (step == 0) result.profiler->reset();  // the warm-up step
   }
   return result;

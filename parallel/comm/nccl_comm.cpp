@@ -426,6 +426,14 @@ Communicator& NcclMpiCommunicator::half(const Tensor& t) {
   return c;
 }
 
+Communicator& NcclMpiCommunicator::half(const Tensor& in, const Tensor& out, const char* op) {
+  STRATA_CHECK(in.defined() && out.defined() && in.device().is_cuda() == out.device().is_cuda())
+      << "nccl+mpi comm " << op << ": input " << (in.defined() ? in.str() : "undefined")
+      << " and output " << (out.defined() ? out.str() : "undefined")
+      << " must both be CUDA tensors (NCCL) or both host tensors (MPI)";
+  return half(in);
+}
+
 std::unique_ptr<Request> NcclMpiCommunicator::isend(const Tensor& t, int peer, int tag) {
   return half(t).isend(t, peer, tag);
 }
@@ -443,19 +451,11 @@ std::unique_ptr<Request> NcclMpiCommunicator::broadcast(const Tensor& t, int roo
 }
 
 std::unique_ptr<Request> NcclMpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
-  STRATA_CHECK(in.defined() && out.defined() && in.device().is_cuda() == out.device().is_cuda())
-      << "nccl+mpi comm all_gather: input " << (in.defined() ? in.str() : "undefined")
-      << " and output " << (out.defined() ? out.str() : "undefined")
-      << " must both be CUDA tensors (NCCL) or both host tensors (MPI)";
-  return half(in).all_gather(in, out);
+  return half(in, out, "all_gather").all_gather(in, out);
 }
 
 std::unique_ptr<Request> NcclMpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out) {
-  STRATA_CHECK(in.defined() && out.defined() && in.device().is_cuda() == out.device().is_cuda())
-      << "nccl+mpi comm reduce_scatter: input " << (in.defined() ? in.str() : "undefined")
-      << " and output " << (out.defined() ? out.str() : "undefined")
-      << " must both be CUDA tensors (NCCL) or both host tensors (MPI)";
-  return half(in).reduce_scatter(in, out);
+  return half(in, out, "reduce_scatter").reduce_scatter(in, out);
 }
 
 void NcclMpiCommunicator::barrier(const std::string& what) {

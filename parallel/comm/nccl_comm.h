@@ -134,6 +134,8 @@ class NcclMpiCommunicator final : public Communicator {
                       std::unique_ptr<NcclCommunicator> device);
   // The half that carries tensors on `t`'s device, with this communicator's timeout.
   Communicator& half(const Tensor& t);
+  // The same for an operation with an input and an output, which must be on one side.
+  Communicator& half(const Tensor& in, const Tensor& out, const char* op);
 
   std::unique_ptr<MpiCommunicator> host_;
   std::unique_ptr<NcclCommunicator> device_;

