@@ -23,7 +23,7 @@ Shape Layer::output_shape(const Shape& input_shape) const {
                  << ") does not map one input shape to one output shape; use output_specs";
 }
 
-void Layer::bind(LayerParams params) {
+void Layer::bind(LayerParams params, const void* owner) {
   const std::vector<ParamSpec> specs = param_specs();
   const std::vector<ParamSpec> buffers = buffer_specs();
   STRATA_CHECK(params.params.size() == specs.size() && params.grads.size() == specs.size())
@@ -44,6 +44,14 @@ void Layer::bind(LayerParams params) {
   }
   params_ = std::move(params);
   bound_ = true;
+  owner_ = owner;
+}
+
+void Layer::unbind(const void* owner) {
+  if (!bound_ || owner_ != owner) return;
+  params_ = LayerParams{};
+  bound_ = false;
+  owner_ = nullptr;
 }
 
 const Tensor& Layer::param(size_t i) const {

@@ -85,8 +85,12 @@ class Layer {
   virtual TensorList backward(ExecContext& ctx, const TensorList& grad_outputs,
                               LayerTape& tape) = 0;
 
-  // Called by ParamStore; checks counts and shapes against the specs.
-  void bind(LayerParams params);
+  // Called by ParamStore; checks counts and shapes against the specs. `owner` is the store
+  // binding the views (the latest binding wins).
+  void bind(LayerParams params, const void* owner = nullptr);
+  // Drops the views if `owner` bound them last: a store that goes releases its memory, even
+  // while the model lives on (the views would otherwise outlive the store's allocator).
+  void unbind(const void* owner);
   bool bound() const { return bound_; }
 
   // Forward FLOPs of one sample (multiply-adds count 2), for throughput reporting; 0 if unknown.
@@ -103,6 +107,7 @@ class Layer {
   std::string name_;
   LayerParams params_;
   bool bound_ = false;
+  const void* owner_ = nullptr;
 };
 
 }  // namespace strata::graph

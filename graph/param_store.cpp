@@ -40,7 +40,12 @@ void fill_init(const Tensor& t, const ParamInit& init, uint64_t seed, const std:
 
 ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& allocator, DType dtype,
                        DType compute)
-    : begin_(begin), end_(end), allocator_(&allocator), dtype_(dtype), compute_(compute) {
+    : model_(&model),
+      begin_(begin),
+      end_(end),
+      allocator_(&allocator),
+      dtype_(dtype),
+      compute_(compute) {
   STRATA_CHECK(begin <= end && end <= model.size())
       << "ParamStore: layer range [" << begin << ", " << end << ") outside model " << model.name();
   STRATA_CHECK(dtype == DType::kF32 || dtype == DType::kF64)
@@ -105,8 +110,12 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
     for (; bi < buffer_entries_.size() && buffer_entries_[bi].layer_index == i; ++bi) {
       views.buffers.push_back(view_of(bound_buffers, buffer_entries_[bi]));
     }
-    layer.bind(std::move(views));
+    layer.bind(std::move(views), this);
   }
+}
+
+ParamStore::~ParamStore() {
+  for (size_t i = begin_; i < end_; ++i) model_->layer(i).unbind(this);
 }
 
 void ParamStore::initialize(uint64_t seed) {

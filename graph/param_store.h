@@ -56,6 +56,11 @@ class ParamStore {
   // `compute`: the dtype the layers compute in; kF32 (or `dtype`) binds them to the masters.
   ParamStore(Model& model, size_t begin, size_t end, Allocator& allocator,
              DType dtype = DType::kF32, DType compute = DType::kF32);
+  // Unbinds the layers still bound to this store, so they keep none of its memory (the model
+  // must outlive its stores).
+  ~ParamStore();
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
 
   // Fills parameters and buffers from their ParamInit with Philox streams keyed by
   // (seed, "layer.name"): identical whichever range of layers a store holds.
@@ -104,6 +109,7 @@ class ParamStore {
  private:
   Tensor view_of(const Tensor& flat, const Entry& e) const;
 
+  Model* model_;
   size_t begin_, end_;
   Allocator* allocator_;
   DType dtype_;

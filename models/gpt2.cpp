@@ -55,8 +55,9 @@ proto::ModelSpec gpt2_spec(const ModelRequest& request) {
         << "model gpt2 needs token samples (T,), got " << shape_str(request.input_shape);
     seq = request.input_shape[0];
     STRATA_CHECK(seq > 0 && seq <= d.positions)
-        << "model gpt2: sequence length " << seq << " exceeds its " << d.positions
-        << " positions (raise dims.seq_len)";
+        << "model gpt2 " << request.size << " has " << d.positions << " positions; samples of "
+        << seq << " tokens are longer (use --seq-len " << d.positions
+        << " or less, or a larger --size)";
   }
 
   proto::ModelSpec spec;

@@ -61,10 +61,13 @@ std::unique_ptr<graph::Model> load_cli_model(const ProfileOptions& o, std::strin
 }
 
 ModelProfile profile_model(const ProfileOptions& o) {
+  return profile_model(o, open_profile_dataset(o));
+}
+
+ModelProfile profile_model(const ProfileOptions& o, std::shared_ptr<const io::Dataset> data) {
   STRATA_CHECK_GT(o.steps, 0) << "--steps must be positive";
   STRATA_CHECK_GT(o.batch_size, 0) << "--batch-size must be positive";
   ExecContext ctx(Device::cpu(), nullptr, o.threads);
-  std::shared_ptr<const io::Dataset> data = open_profile_dataset(o);
   ModelProfile result;
   result.model = build_cli_model(o.model, o.size, o.model_spec, *data);
   result.dataset = data->name();

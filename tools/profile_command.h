@@ -9,6 +9,7 @@
 
 #include "graph/model.h"
 #include "graph/profiler.h"
+#include "io/dataset.h"
 
 namespace strata::tools {
 
@@ -43,6 +44,9 @@ std::unique_ptr<graph::Model> load_cli_model(const ProfileOptions& options, std:
 // Builds the model and runs options.steps training steps of options.batch_size samples (forward,
 // loss, backward; no update) after one warm-up step, with the layer profiler attached.
 ModelProfile profile_model(const ProfileOptions& options);
+// The same on `data`, the dataset the caller will train on (strata train's --partition auto):
+// its sequence length, task, vocabulary and image size, whatever `options` says of them.
+ModelProfile profile_model(const ProfileOptions& options, std::shared_ptr<const io::Dataset> data);
 
 CLI::App* add_profile_command(CLI::App& app, ProfileOptions& options);
 int run_profile(const ProfileOptions& options);

@@ -147,18 +147,18 @@ parallel::Partition decide_partition(const TrainOptions& o, const Setup& setup,
     costs = parallel::read_profile_file(o.profile);
     parallel::check_profile_matches(costs, model, o.profile);
   } else {
+    // Profiled on the training set itself, so the model sees the samples it will train on
+    // (sequence length, task, vocabulary, image size).
     ProfileOptions p;
     p.model = o.model;
     p.size = o.size;
     p.model_spec = o.model_spec;
-    p.dataset = o.dataset;
-    p.data_dir = o.data_dir;
     p.batch_size =
         std::max<int64_t>(1, o.batch_size / setup.pipeline.groups / setup.pipeline.micro_batches);
     p.steps = 2;
     p.threads = o.threads;
     p.seed = o.seed;
-    costs = parallel::layer_costs(profile_model(p).profiler->layers());
+    costs = parallel::layer_costs(profile_model(p, setup.train).profiler->layers());
   }
   parallel::PartitionOptions po;
   po.schedule = setup.pipeline.schedule;

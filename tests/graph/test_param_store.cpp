@@ -47,7 +47,8 @@ TEST(ParamStore, InitializationDependsOnNamesNotOnTheRange) {
   a.initialize(11);
   b.initialize(11);
   EXPECT_EQ(a.param(4).to_vector<float>(), b.param(0).to_vector<float>());
-  ParamStore c(*small_model(), 3, 4, default_cpu_allocator());
+  auto other = small_model();
+  ParamStore c(*other, 3, 4, default_cpu_allocator());
   c.initialize(12);
   EXPECT_NE(c.param(0).to_vector<float>(), b.param(0).to_vector<float>());
   // PyTorch-style bounds: |w| < 1/sqrt(fan_in); batch norm starts at weight 1, bias 0.
@@ -79,6 +80,29 @@ TEST(ParamStore, MemoryLimitAppliesToTheFlatBuffers) {
   } catch (const OutOfMemoryError& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory on cpu"), std::string::npos);
   }
+}
+
+// A store that goes takes its memory with it, even while the model lives on: the layers' views
+// must not keep its buffers (and so its allocator) alive. `strata bench` once crashed at exit
+// freeing a layer's weights into an allocator that was already gone.
+TEST(ParamStore, LayersReleaseTheStoresMemoryWhenItGoes) {
+  auto m = small_model();
+  CpuAllocator alloc;
+  {
+    ParamStore store(*m, 0, m->size(), alloc);
+    store.ensure_state(2);
+    EXPECT_GT(alloc.stats().current, 0u);
+    EXPECT_TRUE(m->layer(0).bound());
+  }
+  EXPECT_EQ(alloc.stats().current, 0u);
+  for (size_t i = 0; i < m->size(); ++i) EXPECT_FALSE(m->layer(i).bound()) << m->layer(i).name();
+  // A later store binds the layers again; the first one's going leaves the second's views alone.
+  auto first = std::make_unique<ParamStore>(*m, 0, m->size(), alloc);
+  ParamStore second(*m, 0, m->size(), alloc);
+  first.reset();
+  EXPECT_TRUE(m->layer(0).bound());
+  EXPECT_EQ(alloc.stats().current,
+            second.params().nbytes() + second.grads().nbytes() + second.buffers().nbytes());
 }
 
 }  // namespace
@@ -211,7 +235,8 @@ TEST(ParamStore, MixedPrecisionBindsLayersToWorkingCopies) {
   store.store_working_buffers(ctx);
   EXPECT_EQ(store.working_buffers().to_vector<float>(), store.buffers().to_vector<float>());
   // Without mixed precision every call is a no-op on the masters the layers use directly.
-  ParamStore plain(*small_model(), 0, 4, default_cpu_allocator());
+  auto plain_model = small_model();  // outlives its store
+  ParamStore plain(*plain_model, 0, 4, default_cpu_allocator());
   EXPECT_FALSE(plain.mixed());
   EXPECT_TRUE(plain.working_params().shares_storage(plain.params()));
   EXPECT_THROW(ParamStore(*small_model(), 0, 4, default_cpu_allocator(), DType::kF32, DType::kI32),

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/bpe.h"
 #include "io/idx.h"
 #include "io/mnist.h"
 #include "testing/cli.h"
@@ -140,6 +141,32 @@ TEST(Cli, BadValuesAreErrorsNotCrashes) {
   EXPECT_NE(run_cli("train --precision fp64 --steps 1").status, 0);
   EXPECT_EQ(run_cli("train --batch-size 0 --steps 1 --train-samples 64 --test-samples 64").status,
             1);
+}
+
+// GPT-2 and BERT split into stages take --seq-len: the automatic partition once profiled them on
+// samples of the flag's default length (128), longer than tiny's 64 positions, and refused.
+TEST(Cli, TransformersOverStagesTakeTheSequenceLength) {
+  if (!std::filesystem::exists(strata::io::gpt2_vocab_dir("") + "/encoder.json")) {
+    GTEST_SKIP() << "GPT-2 vocabulary not installed (run tools/setup.sh)";
+  }
+  for (const char* model : {"gpt2", "bert"}) {
+    const Result r = run_cli(std::string("train --model ") + model +
+                             " --size tiny --dataset brown --seq-len 32 --stages 2 --local "
+                             "--micro-batches 2 --batch-size 4 --steps 2 --train-samples 64 "
+                             "--test-samples 8 --threads 2 --progress off");
+    ASSERT_EQ(r.status, 0) << model << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "32 tokens per sample")) << r.output;
+    EXPECT_TRUE(contains(r.output, "done: 2 steps")) << r.output;
+  }
+  // Samples longer than the model's positions: the error says which flag to change.
+  const Result r = run_cli(
+      "train --model gpt2 --size tiny --dataset brown --seq-len 128 --steps 1 --batch-size 2 "
+      "--progress off");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "gpt2 tiny has 64 positions; samples of 128 tokens are longer "
+                       "(use --seq-len 64 or less, or a larger --size)"))
+      << r.output;
 }
 
 TEST(Cli, ShortTrainingRunWritesMetrics) {
