@@ -54,7 +54,7 @@
 #include "ops/softmax.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/local_comm.h"
-#include "parallel/executor.h"
+#include "parallel/runtime/executor.h"
 #include "parallel/partition/partition.h"
 #include "parallel/schedule/schedule.h"
 #include "parallel/topology.h"

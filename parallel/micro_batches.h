@@ -19,7 +19,7 @@
 #include "io/data_loader.h"
 #include "io/dataset.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/executor.h"
+#include "parallel/runtime/micro_batch_source.h"
 
 namespace strata::parallel {
 

@@ -30,7 +30,7 @@
 #include "graph/model_spec.h"
 #include "models/weight_files.h"
 #include "parallel/checkpointing.h"
-#include "parallel/executor.h"
+#include "parallel/runtime/executor.h"
 #include "parallel/micro_batches.h"
 #include "parallel/trace.h"
 

@@ -27,7 +27,7 @@
 #include "io/proto/strata.pb.h"
 #include "ops/cross_entropy.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/executor.h"
+#include "parallel/runtime/executor.h"
 #include "parallel/grouped_dp.h"
 #include "parallel/loss_scale.h"
 #include "parallel/schedule/schedule.h"
@@ -220,7 +220,7 @@ class Trainer {
   std::unique_ptr<graph::ParamStore> store_;
   std::unique_ptr<Communicator> pipe_, dp_, dp_last_, tied_, eval_pipe_;
   // Stream-ordered backends (nccl): a communicator per direction between neighbouring stages,
-  // for training and for evaluation (StageComms links, parallel/executor.h).
+  // for training and for evaluation (StageComms links, parallel/runtime/executor.h).
   StageLinks links_, eval_links_;
   proto::ModelSpec spec_;
   std::vector<std::string> slots_;  // optimizer state slot names

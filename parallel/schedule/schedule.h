@@ -1,6 +1,6 @@
 // Pipeline schedules as data: for every stage, the list of instructions it executes.
 //
-// The same lists drive the executor (parallel/executor.h), the checker below, the tests and the
+// The same lists drive the executor (parallel/runtime/executor.h), the checker below, the tests and the
 // simulator. A micro-batch is named by its global index: step * M + i for the synchronous
 // schedules (one list per stage and step), and a running count for the asynchronous one (one list
 // per stage for a whole run of N micro-batches, no flush).

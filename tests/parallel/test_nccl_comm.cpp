@@ -8,7 +8,7 @@
 #include "engine/exec_context.h"
 #include "mpi_test_main.h"
 #include "parallel/comm/nccl_comm.h"
-#include "parallel/executor.h"
+#include "parallel/runtime/executor.h"
 #include "parallel/topology.h"
 
 namespace strata::parallel {

@@ -23,7 +23,7 @@
 #include "ops/matmul.h"
 #include "ops/optimizer.h"
 #include "parallel/comm/local_comm.h"
-#include "parallel/executor.h"
+#include "parallel/runtime/executor.h"
 #include "parallel/trainer.h"
 #include "pipeline_testing.h"
 #include "testing/testing.h"

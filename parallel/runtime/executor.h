@@ -2,12 +2,10 @@
 //
 // A stage is a contiguous range of the model's layers with its own ParamStore. The executor owns
 // the per-micro-batch state (tapes, received activations and gradients, the last stage's loss
-// gradient), posts receives a few instructions ahead so that transfers overlap compute, keeps
-// every send alive until it completes, and waits with the communicator's timeout, naming the
-// instruction it waits for. With a trace, every transfer is recorded as a span from the moment
-// it is posted to the moment the executor sees it complete (it tests the pending requests
-// between instructions, so the span's end is an upper bound), beside the instructions, so the
-// trace shows whether transfers ran while the stage computed. On the last stage Forward also
+// gradient); its transfers with the neighbouring stages (receives posted ahead, sends kept alive
+// until they complete, waits that name the instruction) are parallel/runtime/stage_transfers.h.
+// With a trace, every instruction and transfer is recorded, so the trace shows whether transfers
+// ran while the stage computed. On the last stage Forward also
 // computes the loss: cross-entropy of the micro-batch divided by the normalizer of its optimizer
 // step (the number of counted targets in the global batch), so that the micro-batch gradients add
 // up to the gradient of the global mean, whatever the number of micro-batches and groups.
@@ -38,33 +36,10 @@
 // running statistics go back to the masters before ReduceGrads averages them over the groups.
 //
 // CUDA stages. Ops run on the context's stream (the compute stream); transfers between stages
-// are ordered on two dedicated streams of the executor, one for sends and one for receives, never
-// on the legacy default stream. A send first makes the send stream wait for an event recorded
-// on the compute stream after the tensor's producer; a stream-ordered backend (nccl,
-// Communicator::stream_ordered) then orders its own stream after the send stream, so the
-// transfer runs while the stage computes; with the others (mpi, local) the host waits for the
-// send stream before posting (they copy the bytes on the host's word). A receive buffer comes
-// from the compute stream's caching allocator, so before a stream-ordered receive the receive
-// stream waits for the compute work enqueued so far (which may still use that memory); the
-// others synchronize the device before they write it. Compute reads a received tensor only after
-// its request has completed (the host waits for it at RecvAct/RecvGrad). With a stream-ordered
-// backend (on any device), receives are posted when the interpreter reaches them, not `lookahead`
-// instructions ahead: a receive in flight is a device kernel waiting for its peer, and the engine's
-// blocking copies (the losses read back at the end of a program, a gradient norm, checkpoint and
-// metric reads: cuda::memcpy_blocking; inputs and targets go up without waiting, Uploader)
-// synchronize the whole device, so one posted early would hold this stage's next copy until the
-// peer sends, while the peer may be waiting for this stage (a deadlock). Sends are still posted
-// as soon as the tensor is produced; a send in flight is device work too, so this stage's next
-// blocking copy waits until the peer has reached the matching receive, which in gpipe, 1f1b and
-// async-1f1b it does without waiting for this stage's later work (reasoned from the schedules;
-// not yet run on GPUs). The tied-parameter and data-parallel all-reduces are ordered
-// after the compute stream (their communicators' caller stream). The CPU path is unchanged.
-//
-// Links. A stream-ordered backend runs a communicator's transfers one after another, so a
-// receive waiting for its peer would hold back the sends queued behind it on the same
-// communicator; such a pipeline needs StageComms links: one communicator of two ranks per
-// direction between neighbouring stages (make_stage_links), so that sends and receives never
-// queue behind each other.
+// run on streams of their own (parallel/runtime/stage_transfers.h, which also says why a
+// stream-ordered backend posts its receives late and needs links between neighbouring stages);
+// the tied-parameter and data-parallel all-reduces are ordered after the compute stream (their
+// communicators' caller stream). The CPU path is the reference.
 #pragma once
 
 #include <chrono>
@@ -83,6 +58,8 @@
 #include "ops/cross_entropy.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/grouped_dp.h"
+#include "parallel/runtime/micro_batch_source.h"
+#include "parallel/runtime/stage_transfers.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -90,33 +67,7 @@ namespace strata::parallel {
 class Trace;
 }  // namespace strata::parallel
 
-namespace strata::cuda {
-class StreamHandle;  // engine/cuda_runtime.h
-}  // namespace strata::cuda
-
 namespace strata::parallel {
-
-// Where a micro-batch's data comes from. The first stage asks for inputs, the last for targets.
-class MicroBatchSource {
- public:
-  struct Info {
-    int64_t step = 0;           // optimizer step the micro-batch belongs to (RNG key)
-    int64_t sample_offset = 0;  // position of its first row within the step's global batch
-    int64_t rows = 0;
-    double loss_normalizer = 1.0;  // counted targets of the step's global batch
-  };
-  virtual ~MicroBatchSource() = default;
-  virtual Info info(int64_t micro_batch) = 0;
-  virtual TensorList input(int64_t micro_batch) = 0;  // first stage
-  virtual Tensor target(int64_t micro_batch) = 0;     // last stage
-};
-
-struct StageRange {
-  int stage = 0;
-  int stages = 1;
-  size_t begin = 0;  // first layer
-  size_t end = 0;    // one past the last layer
-};
 
 struct ExecutorConfig {
   ScheduleKind kind = ScheduleKind::k1F1B;
@@ -154,31 +105,6 @@ struct StepStats {
   double busy_seconds = 0.0;
   double wall_seconds = 0.0;  // the whole program, waits included
 };
-
-// The communicators a stage uses; null where the layout does not need one.
-struct StageComms {
-  Communicator* pipe = nullptr;  // the stages of this data-parallel group, rank = stage
-  Communicator* dp = nullptr;    // this stage in every group, rank = group
-  // The first and last stage when a tied parameter is split between them (rank 0: stage 0).
-  Communicator* tied = nullptr;
-  // Point-to-point links with the neighbouring stages, one communicator of 2 ranks per direction
-  // (rank 0: the lower stage), required by stream-ordered backends (see the header comment); all
-  // null: activations and gradients travel over `pipe`.
-  Communicator* act_in = nullptr;    // activations from stage - 1
-  Communicator* act_out = nullptr;   // activations to stage + 1
-  Communicator* grad_in = nullptr;   // gradients from stage + 1
-  Communicator* grad_out = nullptr;  // gradients to stage - 1
-};
-
-// The links of StageComms for `stage` of `stages`, split from `pipe` (rank = stage). Collective
-// over the pipeline: every stage calls it. Boundary b joins stages b and b + 1; boundaries of the
-// same parity share no stage, so one split per parity and direction makes them all (at most 4
-// splits, whatever the number of stages). The links inherit `pipe`'s timeout.
-struct StageLinks {
-  std::unique_ptr<Communicator> act_in, act_out, grad_in, grad_out;
-  void attach(StageComms* comms) const;
-};
-StageLinks make_stage_links(Communicator& pipe, int stage, int stages);
 
 class Executor {
  public:
@@ -224,33 +150,17 @@ class Executor {
 
  private:
   struct InFlight;
-  struct PendingRecv;
-  // Where a transfer goes: a link, or the pipeline communicator, and the peer's rank there.
-  struct Route {
-    Communicator* comm;
-    int peer;
-  };
-
-  Route route(OpCode op) const;
   void* compute_stream() const;
   void execute(const Instruction& in, MicroBatchSource& source, StepStats* stats);
   void execute_op(const Instruction& in, MicroBatchSource& source, StepStats* stats);
-  void post_receives(const Program& program, size_t from, MicroBatchSource& source);
-  void post_receive(const Instruction& in, MicroBatchSource& source);
-  TensorList take_receive(const Instruction& in, MicroBatchSource& source);
   void forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats);
   void backward(int64_t mb, bool last_of_update);
-  void send(OpCode op, int64_t mb, const TensorList& tensors);
   void reduce_gradients();
   void optimizer_step(StepStats* stats);
   void apply_update(StepStats* stats);
-  void drain_sends();
   // Adds the losses of the program's micro-batches (in their order) to stats->loss.
   void collect_losses(StepStats* stats);
-  // Tests the pending receives and sends: frees the buffers of completed sends and records the
-  // transfers that completed since the last call (trace).
-  void poll_transfers();
-  std::string describe(const Instruction& in) const;
+  std::string describe(const Instruction& in) const { return transfers_.describe(in); }
   InFlight& state(int64_t mb);
 
   ExecContext& ctx_;
@@ -265,15 +175,7 @@ class Executor {
   double collective_seconds_ = 0.0;  // blocked in collectives, since construction
 
   std::map<int64_t, std::unique_ptr<InFlight>> in_flight_;
-  std::map<std::pair<int, int64_t>, std::unique_ptr<PendingRecv>> receives_;  // (op, mb)
-  struct PendingSend {
-    TensorList tensors;  // kept alive until the sends complete
-    std::vector<std::unique_ptr<Request>> requests;
-    std::string what;
-    Instruction instruction;
-    std::chrono::steady_clock::time_point posted;
-  };
-  std::vector<PendingSend> sends_;
+  StageTransfers transfers_;
   // Weight stashing (async-1f1b): versions still needed by micro-batches in flight.
   std::map<int64_t, Tensor> stash_;
   // Tied parameters split between the first and last stage: this store's gradient views.
@@ -289,11 +191,6 @@ class Executor {
   std::vector<Tensor> losses_;
   // Mixed precision: the working statistics changed since they were stored to the masters.
   bool buffers_dirty_ = false;
-  //
-  // CUDA stages of a pipeline: the streams transfers are ordered on (null on the CPU).
-  std::unique_ptr<cuda::StreamHandle> send_stream_, recv_stream_;
-  // Receives are posted when reached rather than ahead (a stream-ordered backend).
-  bool late_receives_ = false;
   // The communicators whose caller stream this executor set (reset when it goes).
   std::vector<Communicator*> stream_users_;
 };

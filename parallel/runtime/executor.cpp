@@ -1,12 +1,5 @@
 // Executor: interprets a stage's instruction list.
-//
-// Receives are posted when the interpreter comes within `lookahead` instructions of them, into
-// buffers shaped by the model's per-sample specs at the stage boundary and the micro-batch's
-// rows, so the transfer runs while the stage computes. Integer tensors crossing a boundary (BERT's
-// attention mask) travel forward but have no gradient: gradients are exchanged for the floating
-// tensors only, in the same order on both sides. Tags encode (micro-batch mod 2048, direction,
-// tensor index < 8), unique among the messages that can be in flight between two stages.
-#include "parallel/executor.h"
+#include "parallel/runtime/executor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -29,57 +22,12 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-constexpr int kMaxBoundaryTensors = 8;
-
-int message_tag(bool gradient, int64_t mb, size_t index) {
-  return static_cast<int>(((mb % 2048) * 2 + (gradient ? 1 : 0)) * kMaxBoundaryTensors +
-                          static_cast<int64_t>(index));
-}
-
-Shape with_rows(int64_t rows, const Shape& sample) {
-  Shape s{rows};
-  s.insert(s.end(), sample.begin(), sample.end());
-  return s;
-}
-
 bool is_compute(OpCode op) {
   return op == OpCode::kForward || op == OpCode::kBackward || op == OpCode::kReduceGrads ||
          op == OpCode::kOptimizerStep;
 }
 
 }  // namespace
-
-void StageLinks::attach(StageComms* comms) const {
-  comms->act_in = act_in.get();
-  comms->act_out = act_out.get();
-  comms->grad_in = grad_in.get();
-  comms->grad_out = grad_out.get();
-}
-
-StageLinks make_stage_links(Communicator& pipe, int stage, int stages) {
-  STRATA_CHECK(stages >= 1 && pipe.size() == stages && pipe.rank() == stage)
-      << "make_stage_links: stage " << stage << " of " << stages << " over a communicator of "
-      << pipe.size() << " ranks (rank " << pipe.rank() << ")";
-  StageLinks links;
-  for (const bool gradients : {false, true}) {
-    for (int parity = 0; parity < 2; ++parity) {
-      if (parity > stages - 2) continue;  // no boundary of this parity (every stage agrees)
-      // The boundary of this parity that touches this stage: above it (b = stage) or below it.
-      const int b = stage % 2 == parity ? stage : stage - 1;
-      const bool here = b >= 0 && b <= stages - 2;
-      std::unique_ptr<Communicator> link = pipe.split(here ? b : -1, stage);
-      if (!here) continue;
-      STRATA_CHECK(link != nullptr && link->size() == 2 && link->rank() == (b == stage ? 0 : 1))
-          << "make_stage_links: the link between stages " << b << " and " << b + 1 << " on stage "
-          << stage << " is not the expected pair";
-      std::unique_ptr<Communicator>& slot = b == stage
-                                                ? (gradients ? links.grad_in : links.act_out)
-                                                : (gradients ? links.grad_out : links.act_in);
-      slot = std::move(link);
-    }
-  }
-  return links;
-}
 
 struct Executor::InFlight {
   Tape tape;
@@ -89,14 +37,6 @@ struct Executor::InFlight {
   TensorList grad_inputs;   // to send backward (stages > 0)
   Tensor dlogits;           // last stage: gradient of the loss with respect to the logits
   int64_t weight_version = 0;
-};
-
-struct Executor::PendingRecv {
-  TensorList buffers;  // one per boundary tensor; undefined where nothing is received
-  std::vector<std::unique_ptr<Request>> requests;
-  Instruction instruction;
-  Clock::time_point posted;
-  bool complete = false;  // every request seen complete (and the transfer recorded)
 };
 
 Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& store,
@@ -110,18 +50,15 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
       trace_(trace),
       optimizer_(store, config.optimizer),
       optimizer_steps_(config.first_step),
+      transfers_(ctx, model, range, comms,
+                 store.mixed() ? std::optional<DType>(store.compute_dtype()) : std::nullopt,
+                 config.lookahead, trace),
       uploader_(ctx) {
   STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
       << "executor: stage " << range.stage << " of " << range.stages;
   STRATA_CHECK(range.begin < range.end && range.end <= model.size())
       << "executor: stage " << range.stage << " has the empty layer range [" << range.begin << ", "
       << range.end << ")";
-  STRATA_CHECK(range.stages == 1 || (comms.pipe != nullptr && comms.pipe->size() == range.stages))
-      << "executor: a pipeline of " << range.stages << " stages needs a pipeline communicator "
-      << "of that size";
-  STRATA_CHECK(model.specs_before(range.begin).size() <= kMaxBoundaryTensors &&
-               model.specs_before(range.end).size() <= kMaxBoundaryTensors)
-      << "executor: at most " << kMaxBoundaryTensors << " tensors may cross a stage boundary";
   STRATA_CHECK_EQ(store.begin(), range.begin) << "executor: the ParamStore holds other layers";
   STRATA_CHECK_EQ(store.end(), range.end) << "executor: the ParamStore holds other layers";
   // Gradients of tied parameters split between this stage and another: the owner side holds the
@@ -148,45 +85,14 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
   STRATA_CHECK(config.grad_sync.delay == 0 || is_synchronous(config.kind))
       << "--dp-delay " << config.grad_sync.delay << " needs a synchronous schedule (gpipe or "
       << "1f1b); " << schedule_name(config.kind) << " already updates without a flush";
-  // Point-to-point links: all that this stage needs, or none.
-  const bool has_links = comms.act_in != nullptr || comms.act_out != nullptr ||
-                         comms.grad_in != nullptr || comms.grad_out != nullptr;
-  if (has_links) {
-    const bool up = range.stage > 0, down = range.stage < range.stages - 1;
-    STRATA_CHECK((comms.act_in != nullptr) == up && (comms.grad_out != nullptr) == up &&
-                 (comms.act_out != nullptr) == down && (comms.grad_in != nullptr) == down)
-        << "executor: stage " << range.stage << " of " << range.stages
-        << " needs a link per direction to each neighbouring stage, and no other";
-    for (Communicator* link : {comms.act_in, comms.act_out, comms.grad_in, comms.grad_out}) {
-      STRATA_CHECK(link == nullptr || link->size() == 2)
-          << "executor: a link between stages has " << link->size() << " ranks, not 2";
-    }
-  }
-  const bool ordered =
-      range.stages > 1 &&
-      (has_links ? (comms.act_in != nullptr ? comms.act_in : comms.act_out)->stream_ordered()
-                 : comms.pipe->stream_ordered());
-  STRATA_CHECK(!ordered || has_links)
-      << "executor: stage " << range.stage << ": the " << comms.pipe->backend()
-      << " pipeline communicator runs its transfers one after another, so a pipeline over it "
-         "needs a link per direction between neighbouring stages (make_stage_links)";
-  late_receives_ = ordered;
-  // CUDA: transfers on streams of their own, ordered after the compute stream by events; the
-  // all-reduces of tied parameters and of the data-parallel gradients after the compute stream.
+  // CUDA: the all-reduces of tied parameters and of the data-parallel gradients are ordered
+  // after the compute stream (the transfers have streams of their own: StageTransfers).
   if (ctx.device().is_cuda()) {
     auto use_stream = [this](Communicator* c, void* stream) {
       if (c == nullptr) return;
       c->set_caller_stream(stream);
       stream_users_.push_back(c);
     };
-    if (range.stages > 1) {
-      send_stream_ = std::make_unique<cuda::StreamHandle>(ctx.device().index);
-      recv_stream_ = std::make_unique<cuda::StreamHandle>(ctx.device().index);
-      use_stream(comms.act_out, send_stream_->get());
-      use_stream(comms.grad_out, send_stream_->get());
-      use_stream(comms.act_in, recv_stream_->get());
-      use_stream(comms.grad_in, recv_stream_->get());
-    }
     use_stream(comms.pipe, compute_stream());
     use_stream(comms.tied, compute_stream());
     use_stream(comms.dp, compute_stream());  // before the split below, which inherits it
@@ -206,170 +112,10 @@ Executor::~Executor() {
 
 void* Executor::compute_stream() const { return cuda::exec_stream(ctx_.cuda()); }
 
-Executor::Route Executor::route(OpCode op) const {
-  const int stage = range_.stage;
-  switch (op) {
-    case OpCode::kSendAct:
-      return comms_.act_out != nullptr ? Route{comms_.act_out, 1} : Route{comms_.pipe, stage + 1};
-    case OpCode::kRecvAct:
-      return comms_.act_in != nullptr ? Route{comms_.act_in, 0} : Route{comms_.pipe, stage - 1};
-    case OpCode::kSendGrad:
-      return comms_.grad_out != nullptr ? Route{comms_.grad_out, 0} : Route{comms_.pipe, stage - 1};
-    case OpCode::kRecvGrad:
-      return comms_.grad_in != nullptr ? Route{comms_.grad_in, 1} : Route{comms_.pipe, stage + 1};
-    default:
-      STRATA_THROW() << "executor: " << to_string(Instruction{op, -1}) << " is not a transfer";
-  }
-}
-
-std::string Executor::describe(const Instruction& in) const {
-  std::ostringstream s;
-  s << to_string(in) << " on stage " << range_.stage;
-  if (in.op == OpCode::kRecvAct) s << " from stage " << range_.stage - 1;
-  if (in.op == OpCode::kRecvGrad) s << " from stage " << range_.stage + 1;
-  return s.str();
-}
-
 Executor::InFlight& Executor::state(int64_t mb) {
   auto it = in_flight_.find(mb);
   if (it == in_flight_.end()) it = in_flight_.emplace(mb, std::make_unique<InFlight>()).first;
   return *it->second;
-}
-
-void Executor::post_receives(const Program& program, size_t from, MicroBatchSource& source) {
-  if (late_receives_) return;  // posted by take_receive (see the header)
-  const size_t to = std::min(program.size(), from + static_cast<size_t>(config_.lookahead) + 1);
-  for (size_t i = from; i < to; ++i) {
-    const Instruction& in = program[i];
-    if (in.op != OpCode::kRecvAct && in.op != OpCode::kRecvGrad) continue;
-    if (receives_.count({static_cast<int>(in.op), in.micro_batch}) > 0) continue;
-    try {
-      post_receive(in, source);
-    } catch (const OutOfMemoryError& e) {
-      const MicroBatchSource::Info info = source.info(in.micro_batch);
-      throw OutOfMemoryError(describe(in) + " (step " + std::to_string(info.step + 1) + ", " +
-                             std::to_string(info.rows) + " rows), receive buffer: " + e.what());
-    }
-  }
-}
-
-void Executor::post_receive(const Instruction& in, MicroBatchSource& source) {
-  const bool gradient = in.op == OpCode::kRecvGrad;
-  const int64_t rows = source.info(in.micro_batch).rows;
-  const graph::TensorSpecs& specs = model_.specs_before(gradient ? range_.end : range_.begin);
-  const Route from = route(in.op);
-  auto pending = std::make_unique<PendingRecv>();
-  pending->instruction = in;
-  pending->posted = Clock::now();
-  if (recv_stream_ != nullptr && from.comm->stream_ordered()) {
-    // The buffers come from the compute stream's caching allocator and may be memory that compute
-    // work still queued uses: the backend's stream follows the receive stream, which waits for
-    // that work.
-    recv_stream_->wait_for(compute_stream());
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (gradient && !is_floating(specs[i].dtype)) {
-      pending->buffers.emplace_back();  // an integer tensor has no gradient
-      continue;
-    }
-    // Mixed precision: floating activations and their gradients cross stages in 16 bits.
-    const DType dtype =
-        store_.mixed() && is_floating(specs[i].dtype) ? store_.compute_dtype() : specs[i].dtype;
-    Tensor buffer = Tensor::empty(with_rows(rows, specs[i].shape), dtype, &ctx_.allocator());
-    pending->requests.push_back(
-        from.comm->irecv(buffer, from.peer, message_tag(gradient, in.micro_batch, i)));
-    pending->buffers.push_back(std::move(buffer));
-  }
-  receives_[{static_cast<int>(in.op), in.micro_batch}] = std::move(pending);
-}
-
-TensorList Executor::take_receive(const Instruction& in, MicroBatchSource& source) {
-  auto it = receives_.find({static_cast<int>(in.op), in.micro_batch});
-  if (it == receives_.end() && late_receives_) {
-    post_receive(in, source);
-    it = receives_.find({static_cast<int>(in.op), in.micro_batch});
-  }
-  STRATA_CHECK(it != receives_.end()) << "executor: " << describe(in) << " was never posted";
-  const std::string what = describe(in);
-  PendingRecv& pending = *it->second;
-  for (auto& r : pending.requests) r->wait(comms_.pipe->timeout(), what);
-  if (trace_ != nullptr && !pending.complete) {
-    trace_->record_transfer(in, range_.stage + (in.op == OpCode::kRecvGrad ? 1 : -1),
-                            pending.posted, Clock::now());
-  }
-  TensorList buffers = std::move(it->second->buffers);
-  receives_.erase(it);
-  return buffers;
-}
-
-void Executor::send(OpCode op, int64_t mb, const TensorList& tensors) {
-  const bool gradient = op == OpCode::kSendGrad;
-  const Route to = route(op);
-  PendingSend pending;
-  pending.what = describe(Instruction{op, mb});
-  pending.instruction = Instruction{op, mb};
-  pending.posted = Clock::now();
-  std::vector<size_t> index;  // of each tensor sent, among the boundary tensors
-  bool on_device = false;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i].defined()) continue;  // no gradient for an integer input
-    pending.tensors.push_back(tensors[i].contiguous());
-    index.push_back(i);
-    on_device = on_device || pending.tensors.back().device().is_cuda();
-  }
-  if (send_stream_ != nullptr && on_device) {
-    // The transfer must not start before the compute stream has produced the tensors: the send
-    // stream waits for them, and a stream-ordered backend's stream follows the send stream; the
-    // others get tensors that are ready.
-    send_stream_->wait_for(compute_stream());
-    if (!to.comm->stream_ordered()) send_stream_->synchronize();
-  }
-  for (size_t k = 0; k < pending.tensors.size(); ++k) {
-    pending.requests.push_back(
-        to.comm->isend(pending.tensors[k], to.peer, message_tag(gradient, mb, index[k])));
-  }
-  sends_.push_back(std::move(pending));
-}
-
-void Executor::poll_transfers() {
-  const int down = range_.stage + 1, up = range_.stage - 1;
-  for (auto& [key, pending] : receives_) {
-    if (pending->complete) continue;
-    bool done = true;
-    for (auto& r : pending->requests) done = r->test() && done;
-    if (!done) continue;
-    pending->complete = true;
-    if (trace_ != nullptr) {
-      const bool gradient = pending->instruction.op == OpCode::kRecvGrad;
-      trace_->record_transfer(pending->instruction, gradient ? down : up, pending->posted,
-                              Clock::now());
-    }
-  }
-  // Free the buffers of sends that have completed.
-  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
-                              [&](PendingSend& s) {
-                                for (auto& r : s.requests) {
-                                  if (!r->test()) return false;
-                                }
-                                if (trace_ != nullptr) {
-                                  const bool gradient = s.instruction.op == OpCode::kSendGrad;
-                                  trace_->record_transfer(s.instruction, gradient ? up : down,
-                                                          s.posted, Clock::now());
-                                }
-                                return true;
-                              }),
-               sends_.end());
-}
-
-void Executor::drain_sends() {
-  for (PendingSend& s : sends_) {
-    for (auto& r : s.requests) r->wait(comms_.pipe->timeout(), s.what + " (send completion)");
-    if (trace_ != nullptr) {
-      const int peer = s.instruction.op == OpCode::kSendGrad ? range_.stage - 1 : range_.stage + 1;
-      trace_->record_transfer(s.instruction, peer, s.posted, Clock::now());
-    }
-  }
-  sends_.clear();
 }
 
 void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats) {
@@ -622,17 +368,17 @@ void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepS
   const double collective_before = collective_seconds_;
   switch (in.op) {
     case OpCode::kRecvAct:
-      state(in.micro_batch).inputs = take_receive(in, source);
+      state(in.micro_batch).inputs = transfers_.receive(in, source);
       break;
     case OpCode::kRecvGrad:
-      state(in.micro_batch).grad_outputs = take_receive(in, source);
+      state(in.micro_batch).grad_outputs = transfers_.receive(in, source);
       break;
     case OpCode::kForward:
       forward(in.micro_batch, source, true, stats);
       break;
     case OpCode::kSendAct: {
       InFlight& f = state(in.micro_batch);
-      send(in.op, in.micro_batch, f.outputs);
+      transfers_.send(in.op, in.micro_batch, f.outputs);
       f.outputs.clear();
       break;
     }
@@ -651,7 +397,7 @@ void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepS
       if (first_stage()) in_flight_.erase(in.micro_batch);
       break;
     case OpCode::kSendGrad: {
-      send(in.op, in.micro_batch, state(in.micro_batch).grad_inputs);
+      transfers_.send(in.op, in.micro_batch, state(in.micro_batch).grad_inputs);
       in_flight_.erase(in.micro_batch);
       break;
     }
@@ -674,8 +420,8 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
   store_.load_working(ctx_);  // mixed precision: the weights and statistics as they are now
   for (size_t i = 0; i < program.size(); ++i) {
     if (range_.stages > 1) {
-      post_receives(program, i, source);
-      poll_transfers();  // a transfer seen in flight here was in flight when the instruction began
+      transfers_.post_ahead(program, i, source);
+      transfers_.poll();  // a transfer seen in flight here was in flight when the instruction began
     }
     if (program[i].op == OpCode::kBackward) {
       // The last backward of an update: the next Backward or ReduceGrads is a ReduceGrads.
@@ -689,7 +435,7 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
       }
     }
     execute(program[i], source, &stats);
-    if (range_.stages > 1) poll_transfers();
+    if (range_.stages > 1) transfers_.poll();
   }
   if (buffers_dirty_) {  // a program without ReduceGrads (the asynchronous schedule's segments)
     store_.store_working_buffers(ctx_);
@@ -706,9 +452,10 @@ void Executor::collect_losses(StepStats* stats) {
 }
 
 void Executor::finish() {
-  drain_sends();
-  STRATA_CHECK(receives_.empty()) << "executor: stage " << range_.stage << " finished with "
-                                  << receives_.size() << " receives still posted";
+  transfers_.drain();
+  STRATA_CHECK(transfers_.posted_receives() == 0)
+      << "executor: stage " << range_.stage << " finished with " << transfers_.posted_receives()
+      << " receives still posted";
   STRATA_CHECK(in_flight_.empty()) << "executor: stage " << range_.stage << " finished with "
                                    << in_flight_.size() << " micro-batches in flight";
   STRATA_CHECK(grouped_dp_ == nullptr || config_.grad_sync.delay > 0 || grouped_dp_->idle())
@@ -728,7 +475,7 @@ StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& sou
   }
   for (size_t i = 0; i < program.size(); ++i) {
     const Instruction& in = program[i];
-    if (range_.stages > 1) post_receives(program, i, source);
+    if (range_.stages > 1) transfers_.post_ahead(program, i, source);
     if (in.op == OpCode::kForward) {
       const auto t0 = Clock::now();
       forward(in.micro_batch, source, false, &stats);
@@ -738,7 +485,7 @@ StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& sou
       execute(in, source, &stats);
       if (in.op == OpCode::kSendAct) in_flight_.erase(in.micro_batch);
     }
-    if (range_.stages > 1) poll_transfers();
+    if (range_.stages > 1) transfers_.poll();
   }
   collect_losses(&stats);
   stats.wall_seconds = seconds_since(start);
