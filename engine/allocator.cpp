@@ -19,16 +19,32 @@ MemoryStats Allocator::stats() const {
   return s;
 }
 
+void Allocator::set_pressure_handler(PressureHandler handler) {
+  std::lock_guard<std::mutex> lock(handler_mutex_);
+  pressure_handler_ = handler ? std::make_shared<PressureHandler>(std::move(handler)) : nullptr;
+}
+
 void Allocator::reserve(size_t nbytes, const char* what) {
   const size_t limit = limit_.load();
   size_t now = current_.load();
   for (;;) {
-    if (limit != 0 && now + nbytes > limit) throw_out_of_memory(nbytes, what, nullptr);
+    if (limit != 0 && now + nbytes > limit) {
+      std::shared_ptr<PressureHandler> handler;
+      {
+        std::lock_guard<std::mutex> lock(handler_mutex_);
+        handler = pressure_handler_;
+      }
+      if (handler == nullptr || !(*handler)(nbytes)) throw_out_of_memory(nbytes, what, nullptr);
+      now = current_.load();
+      continue;
+    }
     if (current_.compare_exchange_weak(now, now + nbytes)) break;
   }
   const size_t after = now + nbytes;
-  size_t peak = peak_.load();
-  while (after > peak && !peak_.compare_exchange_weak(peak, after)) {
+  for (std::atomic<size_t>* peak : {&peak_, &window_peak_}) {
+    size_t seen = peak->load();
+    while (after > seen && !peak->compare_exchange_weak(seen, after)) {
+    }
   }
   allocations_.fetch_add(1);
 }

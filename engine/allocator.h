@@ -15,6 +15,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -50,6 +52,16 @@ class Allocator {
   void set_limit(size_t bytes) { limit_.store(bytes); }
   size_t limit() const { return limit_.load(); }
   void reset_peak() { peak_.store(current_.load()); }
+  // A second peak for measuring one stretch of work (the layer profiler) without touching the
+  // run's peak: the most bytes in use since the last reset_window_peak().
+  void reset_window_peak() { window_peak_.store(current_.load()); }
+  size_t window_peak() const { return window_peak_.load(); }
+  // Called when an allocation would pass the limit, before failing: the handler may free memory
+  // that is on its way out (tensors being swapped to host memory) and returns true when it freed
+  // some, and the allocation is tried again. Called on the allocating thread with no lock held;
+  // null removes it.
+  using PressureHandler = std::function<bool(size_t nbytes)>;
+  void set_pressure_handler(PressureHandler handler);
 
  protected:
   // Accounting shared by all allocators: reserve() throws OutOfMemoryError when the limit would
@@ -64,6 +76,9 @@ class Allocator {
   std::atomic<size_t> peak_{0};
   std::atomic<size_t> limit_{0};
   std::atomic<size_t> allocations_{0};
+  std::atomic<size_t> window_peak_{0};
+  std::mutex handler_mutex_;
+  std::shared_ptr<PressureHandler> pressure_handler_;
 };
 
 // 64-byte aligned host memory from the C library, with a cache of freed blocks.

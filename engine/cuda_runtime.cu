@@ -110,6 +110,10 @@ void HostEvent::record(void* stream) {
 }
 bool HostEvent::done() const { return state_->event.query(); }
 void HostEvent::synchronize() const { state_->event.synchronize(); }
+void HostEvent::block(void* stream) const {
+  STRATA_CUDA_CHECK(cudaSetDevice(state_->device));
+  state_->event.block(static_cast<cudaStream_t>(stream));
+}
 
 void range_push(const char* name) { nvtxRangePushA(name); }
 void range_pop() { nvtxRangePop(); }
@@ -162,10 +166,22 @@ float Event::elapsed_ms_since(const Event& start) const {
 struct StreamHandle::State {
   Stream stream;
   Event ready;  // recorded on a producer stream by wait_for
-  explicit State(int device) : stream(device) {}
+  State(int device, int priority) : stream(device, priority) {}
 };
 
-StreamHandle::StreamHandle(int device) : state_(new State(device)) {}
+namespace {
+
+int greatest_priority(int device) {
+  STRATA_CUDA_CHECK(cudaSetDevice(device));
+  int least = 0, greatest = 0;
+  STRATA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return greatest;
+}
+
+}  // namespace
+
+StreamHandle::StreamHandle(int device, bool high_priority)
+    : state_(new State(device, high_priority ? greatest_priority(device) : 0)) {}
 StreamHandle::~StreamHandle() { delete state_; }
 void* StreamHandle::get() const { return state_->stream.get(); }
 int StreamHandle::device() const { return state_->stream.device(); }

@@ -48,6 +48,8 @@ class HostEvent {
   void record(void* stream);  // a cudaStream_t of the event's device
   bool done() const;          // the work recorded before it has finished (never blocks)
   void synchronize() const;   // waits on the host for that work
+  // Makes `stream` (a cudaStream_t of the event's device) wait, on the device, for that work.
+  void block(void* stream) const;
 
  private:
   struct State;
@@ -69,7 +71,9 @@ void set_tf32(CudaExec* exec, bool enabled);
 // build without CUDA.
 class StreamHandle {
  public:
-  explicit StreamHandle(int device);
+  // `high_priority`: the device's greatest stream priority (its kernels and copies are scheduled
+  // ahead of those of default-priority streams, such as the swap engine's); else the default.
+  explicit StreamHandle(int device, bool high_priority = false);
   ~StreamHandle();
   StreamHandle(const StreamHandle&) = delete;
   StreamHandle& operator=(const StreamHandle&) = delete;

@@ -32,6 +32,7 @@ HostEvent::~HostEvent() = default;
 void HostEvent::record(void*) { no_cuda("an event"); }
 bool HostEvent::done() const { return true; }
 void HostEvent::synchronize() const {}
+void HostEvent::block(void*) const { no_cuda("stream ordering"); }
 
 CudaExec* create_exec(int device) { no_cuda("cuda:" + std::to_string(device)); }
 void destroy_exec(CudaExec* exec) {
@@ -40,7 +41,9 @@ void destroy_exec(CudaExec* exec) {
 void* exec_stream(const CudaExec*) { return nullptr; }
 void synchronize_exec(const CudaExec*) {}
 void set_tf32(CudaExec*, bool) {}
-StreamHandle::StreamHandle(int device) { no_cuda("a stream on cuda:" + std::to_string(device)); }
+StreamHandle::StreamHandle(int device, bool) {
+  no_cuda("a stream on cuda:" + std::to_string(device));
+}
 StreamHandle::~StreamHandle() = default;
 void* StreamHandle::get() const { return nullptr; }
 int StreamHandle::device() const { return 0; }

@@ -1,10 +1,12 @@
 // Model bookkeeping and the forward/backward walk over a range of layers.
 #include "graph/model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
 
+#include "engine/allocator.h"
 #include "engine/check.h"
 #include "graph/profiler.h"
 
@@ -93,59 +95,84 @@ void Model::check_range(size_t begin, size_t end) const {
 
 TensorList Model::forward(ExecContext& ctx, size_t begin, size_t end, const TensorList& inputs,
                           Tape& tape, const ForwardOptions& options, LayerProfiler* profiler) {
-  using Clock = std::chrono::steady_clock;
   check_range(begin, end);
   tape.layers.assign(end - begin, LayerTape{});
   TensorList x = inputs;
   for (size_t i = begin; i < end; ++i) {
     LayerTape& t = tape.layers[i - begin];
-    t.rng = RngOffsets{options.seed, static_cast<uint64_t>(i), options.step, options.sample_offset};
-    t.training = options.training;
-    t.weight_version = options.weight_version;
-    t.needs_input_grad = i > 0;
-    t.input_shape = x.empty() ? Shape{} : x[0].shape();
-    const auto start = Clock::now();
-    try {
-      x = layers_[i]->forward(ctx, x, t);
-    } catch (const OutOfMemoryError& e) {
-      throw OutOfMemoryError("forward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
-                             ", input " + shape_str(t.input_shape) + "): " + e.what());
-    }
-    if (profiler != nullptr) {
-      size_t out_bytes = 0;
-      for (const Tensor& y : x) out_bytes += y.defined() ? y.nbytes() : 0;
-      const int64_t batch = t.input_shape.empty() ? 1 : t.input_shape[0];
-      profiler->record_forward(i, std::chrono::duration<double>(Clock::now() - start).count(),
-                               batch, out_bytes, t.saved_bytes());
-    }
+    x = forward_layer(ctx, i, x, t, options, profiler);
     if (!options.keep_tape) t.clear();
   }
   return x;
 }
 
+TensorList Model::forward_layer(ExecContext& ctx, size_t i, const TensorList& inputs, LayerTape& t,
+                                const ForwardOptions& options, LayerProfiler* profiler) {
+  using Clock = std::chrono::steady_clock;
+  check_range(i, i + 1);
+  t = LayerTape{};
+  t.rng = RngOffsets{options.seed, static_cast<uint64_t>(i), options.step, options.sample_offset};
+  t.training = options.training;
+  t.weight_version = options.weight_version;
+  t.needs_input_grad = i > 0;
+  t.input_shape = inputs.empty() ? Shape{} : inputs[0].shape();
+  Allocator& allocator = ctx.allocator();
+  const size_t before = allocator.stats().current;
+  if (profiler != nullptr) allocator.reset_window_peak();
+  const auto start = Clock::now();
+  TensorList y;
+  try {
+    y = layers_[i]->forward(ctx, inputs, t);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError("forward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
+                           ", input " + shape_str(t.input_shape) + "): " + e.what());
+  }
+  if (profiler != nullptr) {
+    LayerProfiler::ForwardSample sample;
+    sample.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    sample.batch = t.input_shape.empty() ? 1 : t.input_shape[0];
+    for (const Tensor& out : y) sample.output_bytes += out.defined() ? out.nbytes() : 0;
+    sample.peak_extra_bytes = allocator.window_peak() - std::min(before, allocator.window_peak());
+    profiler->record_forward(i, inputs, y, t, sample);
+  }
+  return y;
+}
+
 TensorList Model::backward(ExecContext& ctx, size_t begin, size_t end,
                            const TensorList& grad_outputs, Tape& tape, LayerProfiler* profiler,
                            const std::function<void(size_t)>& after_layer) {
-  using Clock = std::chrono::steady_clock;
   check_range(begin, end);
   STRATA_CHECK_EQ(tape.layers.size(), end - begin)
       << "model " << name_ << ": backward over layers [" << begin << ", " << end
       << ") with a tape of " << tape.layers.size() << " layers (was forward run with keep_tape?)";
   TensorList grads = grad_outputs;
   for (size_t i = end; i-- > begin;) {
-    LayerTape& t = tape.layers[i - begin];
-    const auto start = Clock::now();
-    try {
-      grads = layers_[i]->backward(ctx, grads, t);
-    } catch (const OutOfMemoryError& e) {
-      throw OutOfMemoryError("backward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
-                             ", input " + shape_str(t.input_shape) + "): " + e.what());
-    }
-    t.clear();  // the saved tensors are no longer needed
-    if (profiler != nullptr) {
-      profiler->record_backward(i, std::chrono::duration<double>(Clock::now() - start).count());
-    }
+    grads = backward_layer(ctx, i, grads, tape.layers[i - begin], profiler);
     if (after_layer) after_layer(i);
+  }
+  return grads;
+}
+
+TensorList Model::backward_layer(ExecContext& ctx, size_t i, const TensorList& grad_outputs,
+                                 LayerTape& t, LayerProfiler* profiler) {
+  using Clock = std::chrono::steady_clock;
+  check_range(i, i + 1);
+  Allocator& allocator = ctx.allocator();
+  const size_t before = allocator.stats().current;
+  if (profiler != nullptr) allocator.reset_window_peak();
+  const auto start = Clock::now();
+  TensorList grads;
+  try {
+    grads = layers_[i]->backward(ctx, grad_outputs, t);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError("backward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
+                           ", input " + shape_str(t.input_shape) + "): " + e.what());
+  }
+  t.clear();  // the saved tensors are no longer needed
+  if (profiler != nullptr) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    profiler->record_backward(i, seconds,
+                              allocator.window_peak() - std::min(before, allocator.window_peak()));
   }
   return grads;
 }

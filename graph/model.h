@@ -72,6 +72,14 @@ class Model {
                       Tape& tape, LayerProfiler* profiler = nullptr,
                       const std::function<void(size_t)>& after_layer = nullptr);
 
+  // One layer of the walks above: forward of layer i, its tape set up as forward() sets it
+  // (RNG offsets, mode, weight version, input shape), and the backward that consumes the tape.
+  // A stage runtime that keeps, swaps or recomputes each layer's tape runs layers one at a time.
+  TensorList forward_layer(ExecContext& ctx, size_t i, const TensorList& inputs, LayerTape& tape,
+                           const ForwardOptions& options, LayerProfiler* profiler = nullptr);
+  TensorList backward_layer(ExecContext& ctx, size_t i, const TensorList& grad_outputs,
+                            LayerTape& tape, LayerProfiler* profiler = nullptr);
+
   // One line per layer: index, name, type, output shape, parameter count.
   std::string summary() const;
 

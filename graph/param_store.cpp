@@ -231,4 +231,16 @@ Tensor ParamStore::state_view(size_t slot, size_t i) const {
   return view_of(state(slot), param_entries_[i]);
 }
 
+Tensor ParamStore::bound_buffers(size_t first_layer, size_t end_layer) const {
+  int64_t begin = -1, end = -1;
+  for (const Entry& e : buffer_entries_) {
+    if (e.layer_index < first_layer || e.layer_index >= end_layer) continue;
+    if (begin < 0) begin = e.offset;
+    end = e.offset + e.numel;
+  }
+  if (begin < 0) return Tensor();
+  const Tensor& flat = mixed() ? work_buffers_ : buffers_;
+  return flat.narrow(0, begin, end - begin);
+}
+
 }  // namespace strata::graph

@@ -90,6 +90,11 @@ class ParamStore {
   const Tensor& working_params() const;   // (num_params,) in compute_dtype()
   const Tensor& working_grads() const;    // (num_params,) in compute_dtype()
   const Tensor& working_buffers() const;  // (num_buffer_elements,) in compute_dtype()
+  // The buffers (running statistics) that the store's layers of [first_layer, end_layer) are
+  // bound to, as one slice of the flat buffer (the working copies under mixed precision);
+  // undefined when those layers have none. A recomputed forward saves and restores them, so that
+  // replaying a forward does not update running statistics twice.
+  Tensor bound_buffers(size_t first_layer, size_t end_layer) const;
   // Working weights and statistics = the masters, rounded.
   void load_working(ExecContext& ctx);
   void load_working_params(ExecContext& ctx);

@@ -1,5 +1,6 @@
 #include "graph/profiler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -36,30 +37,57 @@ LayerProfiler::LayerProfiler(const Model& model) {
   }
 }
 
-void LayerProfiler::record_forward(size_t layer, double seconds, int64_t batch, size_t output_bytes,
-                                   size_t saved_bytes) {
+void LayerProfiler::record_forward(size_t layer, const TensorList& inputs,
+                                   const TensorList& outputs, const LayerTape& tape,
+                                   const ForwardSample& sample) {
   STRATA_CHECK_LT(layer, layers_.size()) << "LayerProfiler";
   LayerProfile& p = layers_[layer];
   ++p.forward_calls;
-  p.forward_seconds += seconds;
-  p.samples += batch;
-  p.last_batch = batch;
-  p.output_bytes = output_bytes;
-  p.saved_bytes = saved_bytes;
+  p.forward_seconds += sample.seconds;
+  p.samples += sample.batch;
+  p.last_batch = sample.batch;
+  p.output_bytes = sample.output_bytes;
+  p.input_bytes = 0;
+  for (const Tensor& x : inputs) p.input_bytes += x.defined() ? x.nbytes() : 0;
+  p.forward_peak_bytes = std::max(p.forward_peak_bytes, sample.peak_extra_bytes);
+  // The tape's storages, each once; those the previous layer's tape also holds are shared.
+  std::vector<std::weak_ptr<Storage>> saved;
+  p.saved_bytes = p.shared_bytes = 0;
+  for (const Tensor& t : tape.saved) {
+    if (!t.defined()) continue;
+    const std::shared_ptr<Storage>& storage = t.storage();
+    bool seen = false;
+    for (const auto& w : saved) seen = seen || w.lock() == storage;
+    if (seen) continue;
+    saved.push_back(storage);
+    p.saved_bytes += storage->nbytes();
+    if (layer == last_layer_ + 1) {
+      for (const auto& w : last_saved_) {
+        if (w.lock() == storage) p.shared_bytes += storage->nbytes();
+      }
+    }
+  }
+  last_layer_ = layer;
+  last_saved_ = std::move(saved);
 }
 
-void LayerProfiler::record_backward(size_t layer, double seconds) {
+void LayerProfiler::record_backward(size_t layer, double seconds, size_t peak_extra_bytes) {
   STRATA_CHECK_LT(layer, layers_.size()) << "LayerProfiler";
-  ++layers_[layer].backward_calls;
-  layers_[layer].backward_seconds += seconds;
+  LayerProfile& p = layers_[layer];
+  ++p.backward_calls;
+  p.backward_seconds += seconds;
+  p.backward_peak_bytes = std::max(p.backward_peak_bytes, peak_extra_bytes);
 }
 
 void LayerProfiler::reset() {
   for (LayerProfile& p : layers_) {
     p.forward_calls = p.backward_calls = p.samples = p.last_batch = 0;
     p.forward_seconds = p.backward_seconds = 0.0;
-    p.output_bytes = p.saved_bytes = 0;
+    p.output_bytes = p.saved_bytes = p.shared_bytes = p.input_bytes = 0;
+    p.forward_peak_bytes = p.backward_peak_bytes = 0;
   }
+  last_layer_ = static_cast<size_t>(-1);
+  last_saved_.clear();
 }
 
 std::string LayerProfiler::table() const {
@@ -91,6 +119,9 @@ std::string LayerProfiler::to_json() const {
   nlohmann::json layers = nlohmann::json::array();
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerProfile& p = layers_[i];
+    auto per_sample = [&p](size_t bytes) {
+      return p.last_batch > 0 ? static_cast<double>(bytes) / p.last_batch : 0.0;
+    };
     layers.push_back({{"index", i},
                       {"name", p.name},
                       {"type", p.type},
@@ -99,6 +130,11 @@ std::string LayerProfiler::to_json() const {
                       {"output_bytes_per_sample",
                        p.last_batch > 0 ? static_cast<double>(p.output_bytes) / p.last_batch : 0.0},
                       {"activation_bytes_per_sample", p.activation_bytes_per_sample()},
+                      {"saved_bytes_per_sample", per_sample(p.saved_bytes)},
+                      {"shared_bytes_per_sample", per_sample(p.shared_bytes)},
+                      {"input_bytes_per_sample", per_sample(p.input_bytes)},
+                      {"forward_peak_bytes_per_sample", per_sample(p.forward_peak_bytes)},
+                      {"backward_peak_bytes_per_sample", per_sample(p.backward_peak_bytes)},
                       {"param_bytes", p.param_bytes},
                       {"forward_calls", p.forward_calls},
                       {"backward_calls", p.backward_calls}});

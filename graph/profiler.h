@@ -6,8 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "engine/tape.h"
 
 namespace strata::graph {
 
@@ -22,9 +25,18 @@ struct LayerProfile {
   double backward_seconds = 0.0;  // total over calls
   int64_t samples = 0;            // total samples over forward calls
   size_t output_bytes = 0;        // last forward: bytes of the outputs (what a stage sends)
-  size_t saved_bytes = 0;         // last forward: bytes kept on the tape for backward
-  int64_t last_batch = 0;         // batch of the last forward
-  size_t param_bytes = 0;         // parameters of the layer (f32)
+  // Last forward: the storages its tape keeps for backward, each counted once (what swap moves
+  // and recompute drops), and of those the bytes the previous layer's tape also keeps (a ReLU's
+  // output that the next layer saves as its input: resident while either layer keeps it).
+  size_t saved_bytes = 0;
+  size_t shared_bytes = 0;
+  size_t input_bytes = 0;  // last forward: bytes of the inputs (a recomputed segment keeps them)
+  // The most bytes allocated above the level a forward (backward) of the layer started at, at
+  // its worst moment over the calls since reset(): its temporaries, outputs and saved tensors.
+  size_t forward_peak_bytes = 0;
+  size_t backward_peak_bytes = 0;
+  int64_t last_batch = 0;  // batch of the last forward
+  size_t param_bytes = 0;  // parameters of the layer (f32)
 
   double forward_ms_per_sample() const;
   double backward_ms_per_sample() const;
@@ -36,9 +48,16 @@ class LayerProfiler {
  public:
   explicit LayerProfiler(const Model& model);
 
-  void record_forward(size_t layer, double seconds, int64_t batch, size_t output_bytes,
-                      size_t saved_bytes);
-  void record_backward(size_t layer, double seconds);
+  // What Model::forward_layer measured of one forward.
+  struct ForwardSample {
+    double seconds = 0.0;
+    int64_t batch = 0;
+    size_t output_bytes = 0;
+    size_t peak_extra_bytes = 0;
+  };
+  void record_forward(size_t layer, const TensorList& inputs, const TensorList& outputs,
+                      const LayerTape& tape, const ForwardSample& sample);
+  void record_backward(size_t layer, double seconds, size_t peak_extra_bytes = 0);
   // Forgets the timings (e.g. after warm-up steps), keeps names and parameter sizes.
   void reset();
 
@@ -50,6 +69,9 @@ class LayerProfiler {
 
  private:
   std::vector<LayerProfile> layers_;
+  // The storages the last recorded forward's tape kept, and its layer (for shared_bytes).
+  size_t last_layer_ = static_cast<size_t>(-1);
+  std::vector<std::weak_ptr<Storage>> last_saved_;
 };
 
 }  // namespace strata::graph

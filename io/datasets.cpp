@@ -48,9 +48,12 @@ std::shared_ptr<const Dataset> open_synthetic(const std::string& split,
       << "dataset synthetic-tokens: --seq-len must be > 0, got " << options.seq_len;
   // Enough tokens for `samples` windows of either task (T + 1 tokens for the last LM window).
   const int64_t tokens = samples * options.seq_len + 1;
-  return make_text_dataset(make_synthetic_token_source("synthetic-tokens/" + which, tokens,
-                                                       kGpt2VocabSize, options.seed),
-                           options.task, options.seq_len, kGpt2VocabSize, options.seed);
+  STRATA_CHECK(options.vocab_size >= 0)
+      << "dataset synthetic-tokens: --synthetic-vocab must be >= 0, got " << options.vocab_size;
+  const int64_t vocab = options.vocab_size > 0 ? options.vocab_size : kGpt2VocabSize;
+  return make_text_dataset(
+      make_synthetic_token_source("synthetic-tokens/" + which, tokens, vocab, options.seed),
+      options.task, options.seq_len, vocab, options.seed);
 }
 
 constexpr int64_t kSyntheticImageTrainSamples = 50000;

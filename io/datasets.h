@@ -39,6 +39,7 @@ struct DatasetOptions {
   int64_t seq_len = 128;                     // text: T, tokens per sample
   TextTask task = TextTask::kLanguageModel;  // text: lm (GPT-2) or mlm (BERT)
   std::string vocab_dir;                     // brown: GPT-2's vocabulary ("" = the default)
+  int64_t vocab_size = 0;  // synthetic-tokens: tokens uniform in [0, V); 0 = GPT-2's 50257
 };
 
 // Fraction of the Brown corpus's documents held out for validation (every tenth: ca10, ca20, ...

@@ -89,10 +89,15 @@ std::string Trace::events_json() const {
           {"pid", rank_},
           {"tid", kGradSyncLane},
           {"args", {{"name", "dp all-reduce"}}}});
+  append({{"ph", "M"},
+          {"name", "thread_name"},
+          {"pid", rank_},
+          {"tid", kSwapLane},
+          {"args", {{"name", "swap"}}}});
   for (const Event& e : events_) {
     std::string name = e.name;
     if (e.micro_batch >= 0) name += " " + std::to_string(e.micro_batch);
-    static const char* const kCategory[] = {"compute", "comm", "transfer", "dp"};
+    static const char* const kCategory[] = {"compute", "comm", "transfer", "dp", "swap"};
     nlohmann::json j{{"ph", "X"},
                      {"name", name},
                      {"pid", rank_},

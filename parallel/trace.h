@@ -3,7 +3,8 @@
 // Forward/Backward/ReduceGrads/OptimizerStep, a "comm" thread for the send and receive
 // instructions (posting a send; waiting for a receive), and a "transfers" thread with one span
 // per message from its posting to its completion (category "transfer", args: micro_batch, stage,
-// peer), each event named by its instruction and carrying the micro-batch id. A transfer span
+// peer), a "dp all-reduce" thread and a "swap" thread (copies of saved tensors to the host pool
+// and back), each event named by its instruction and carrying the micro-batch id. A transfer span
 // that overlaps a compute event shows communication hidden behind compute.
 #pragma once
 
@@ -29,8 +30,9 @@ class Trace {
                        std::chrono::steady_clock::time_point completed);
   static constexpr int kTransferLane = 2;  // the "transfers" thread of the trace
   static constexpr int kGradSyncLane = 3;  // the "dp all-reduce" thread of the trace
+  static constexpr int kSwapLane = 4;      // the "swap" thread: copies to and from host memory
   // A named span that is not an instruction (an evaluation, a data wait, an all-reduce), on
-  // lane 0 (compute), 1 (comm) or kGradSyncLane. Thread-safe.
+  // lane 0 (compute), 1 (comm), kGradSyncLane or kSwapLane. Thread-safe.
   void record_span(const std::string& name, std::chrono::steady_clock::time_point start,
                    std::chrono::steady_clock::time_point end, int lane = 0);
   size_t size() const;
@@ -44,7 +46,8 @@ class Trace {
   struct Event {
     std::string name;
     int64_t micro_batch;
-    int lane;  // 0 compute, 1 communication instructions, 2 transfers, 3 grouped dp all-reduce
+    int lane;  // 0 compute, 1 communication instructions, 2 transfers, 3 grouped dp all-reduce,
+               // 4 swap
     double start_us, duration_us;
     int peer = -1;  // transfers: the other stage
   };

@@ -26,12 +26,14 @@
 #include <sstream>
 
 #include "engine/check.h"
+#include "engine/cuda_runtime.h"
 #include "engine/log.h"
 #include "graph/model_spec.h"
 #include "models/weight_files.h"
 #include "parallel/checkpointing.h"
-#include "parallel/runtime/executor.h"
+#include "parallel/final_weights.h"
 #include "parallel/micro_batches.h"
+#include "parallel/runtime/executor.h"
 #include "parallel/trace.h"
 
 namespace strata::parallel {
@@ -139,6 +141,7 @@ Trainer::Trainer(ExecContext& ctx, const proto::ModelSpec& spec,
           ctx, [&spec] { return graph::build_model(spec); }, std::move(train), std::move(test),
           config, pipeline, world, observer) {
   spec_ = spec;  // recorded in checkpoints (a model from a C++ builder has none)
+  build_ = [spec] { return graph::build_model(spec); };
 }
 
 Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
@@ -152,6 +155,7 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
       pipeline_(pipeline),
       world_(world),
       observer_(observer),
+      build_(build),
       scaler_(config.loss_scale) {
   STRATA_CHECK(train_ != nullptr) << "Trainer needs a training dataset";
   if (scaler_.enabled()) {
@@ -475,6 +479,21 @@ TrainSummary Trainer::run() {
   ec.first_step = start_step_ - resumed_pending_;
   ec.grad_sync = pipeline_.grad_sync;
   ec.grad_sync_observer = pipeline_.grad_sync_observer;
+  const auto [first_layer, end_layer] = pipeline_.partition[stage_];
+  ec.memory_plan = pipeline_.memory_plan;
+  ec.prefetch_layers = pipeline_.prefetch_layers;
+  const bool swaps = pipeline_.memory_plan.uses(MemoryPolicy::kSwap, first_layer, end_layer);
+  if (swaps && swap_pool_ == nullptr) {
+    // Host memory for swapped tensors: pinned for a GPU (copies that overlap compute), plain
+    // memory for the CPU's emulated device; its own limit, not counted against --mem-limit.
+    if (ctx_.device().is_cuda()) {
+      swap_pool_ = std::make_unique<cuda::PinnedHostAllocator>();
+    } else {
+      swap_pool_ = std::make_unique<CpuAllocator>();
+    }
+    swap_pool_->set_limit(pipeline_.swap_pool_bytes);
+  }
+  ec.swap_pool = swap_pool_.get();
   Executor executor(
       ctx_, *model_, *store_,
       {stage_, S, pipeline_.partition[stage_].first, pipeline_.partition[stage_].second}, comms, ec,
@@ -491,7 +510,8 @@ TrainSummary Trainer::run() {
   const bool sync = is_synchronous(pipeline_.schedule);
   std::vector<Program> async_segments;
   if (!sync) {
-    const Schedule run = make_schedule(pipeline_.schedule, S, total * M);
+    Schedule run = make_schedule(pipeline_.schedule, S, total * M);
+    if (swaps) add_prefetches(&run.programs[stage_], pipeline_.swap_lead);
     async_segments = segments(run.programs[stage_], M);
     STRATA_CHECK_EQ(static_cast<int64_t>(async_segments.size()), total)
         << "async schedule: " << async_segments.size() << " segments for " << total << " steps";
@@ -517,8 +537,9 @@ TrainSummary Trainer::run() {
   for (int64_t step = start_step_; step < total; ++step) {
     const int64_t epoch = step / per_epoch;
     const auto step_start = Clock::now();
-    const Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
-                                 : async_segments[step];
+    Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
+                           : async_segments[step];
+    if (sync && swaps) add_prefetches(&program, pipeline_.swap_lead);
     executor.set_loss_scale(scaler_.scale());
     StepStats stats = executor.run(program, source);
     if (step + 1 == total) executor.flush_gradients();  // --dp-delay: the last D gradients
@@ -688,26 +709,48 @@ TrainSummary Trainer::run() {
   }
   executor.finish();
 
-  // Per-stage utilization, gathered on every rank (reported by rank 0).
+  // Per-stage utilization and memory, gathered on every rank (reported by rank 0).
+  const StageMemoryStats memory = executor.memory_stats();
+  const std::vector<double> mine{report.busy_seconds,
+                                 report.wall_seconds,
+                                 static_cast<double>(ctx_.allocator().stats().peak),
+                                 static_cast<double>(memory.swapped_out_bytes),
+                                 swap_pool_ ? static_cast<double>(swap_pool_->stats().peak) : 0.0,
+                                 memory.recompute_seconds,
+                                 memory.swap_wait_seconds,
+                                 static_cast<double>(memory.max_micro_batches)};
   const int n = world_ != nullptr ? world_->size() : 1;
-  std::vector<double> all(static_cast<size_t>(n) * 2, 0.0);
-  all[2 * rank_] = report.busy_seconds;
-  all[2 * rank_ + 1] = report.wall_seconds;
+  const size_t fields = mine.size();
+  std::vector<double> all(static_cast<size_t>(n) * fields, 0.0);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(rank_ * fields));
   world_sum(world_, &all, "stage reports");
   double idle = 0.0;
   for (int r = 0; r < n; ++r) {
-    StageReport s{r,
-                  r / S,
-                  r % S,
-                  pipeline_.partition[r % S].first,
-                  pipeline_.partition[r % S].second,
-                  all[2 * r],
-                  all[2 * r + 1]};
+    const double* f = all.data() + static_cast<size_t>(r) * fields;
+    StageReport s{
+        r,    r / S, r % S, pipeline_.partition[r % S].first, pipeline_.partition[r % S].second,
+        f[0], f[1]};
+    s.peak_bytes = f[2];
+    s.swapped_bytes = f[3];
+    s.swap_pool_peak_bytes = f[4];
+    s.recompute_seconds = f[5];
+    s.swap_wait_seconds = f[6];
+    s.max_micro_batches = f[7];
     idle += s.idle_fraction();
     summary.stages.push_back(s);
   }
   summary.measured_bubble = idle / n;
   summary.theoretical_bubble = theoretical_bubble_fraction(pipeline_.schedule, S, M);
+  if (!config_.save_weights.empty()) {
+    const std::unique_ptr<graph::Model> full = rank_ == 0 ? build_() : nullptr;
+    std::map<std::string, std::string> metadata;
+    if (spec_.layer_size() > 0) {
+      metadata[models::kWeightsModelSpecKey] = graph::model_spec_to_text(spec_);
+    }
+    metadata["strata.step"] = std::to_string(summary.steps);
+    save_final_weights(world_, stage_, group_, *model_, *store_, full.get(), config_.save_weights,
+                       metadata);
+  }
   if (trace != nullptr) {
     const std::vector<std::string> events = all_gather_strings(world_, trace->events_json());
     if (rank_ == 0) Trace::write_file(pipeline_.trace_path, events);

@@ -27,9 +27,10 @@
 #include "io/proto/strata.pb.h"
 #include "ops/cross_entropy.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/runtime/executor.h"
 #include "parallel/grouped_dp.h"
 #include "parallel/loss_scale.h"
+#include "parallel/runtime/executor.h"
+#include "parallel/runtime/memory_plan.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -77,6 +78,9 @@ struct TrainConfig {
   // The whole file is checked against the whole model; each stage loads only its own layers.
   std::string init_weights;
   CheckpointConfig checkpoint;
+  // --save-weights: the final weights of every layer as one safetensors file (Strata names),
+  // written by rank 0 at the end of the run; empty: none.
+  std::string save_weights;
   NanPolicy nan_policy = NanPolicy::kAbort;
   LossScaleConfig loss_scale;  // --loss-scale (parallel/loss_scale.h)
   // --precision bf16|fp16: the layers compute in this dtype on 16-bit working copies of the f32
@@ -97,6 +101,12 @@ struct PipelineConfig {
   // Gradient all-reduce across the groups (parallel/grouped_dp.h): overlap, buckets, delay.
   GradSyncConfig grad_sync;
   GradSyncObserver grad_sync_observer;  // tests: called on every rank's threads
+  // What each layer's saved tensors do between its forward and backward: keep, swap to a host
+  // pool, or recompute (parallel/runtime/memory_plan.h); one entry per model layer, empty: keep.
+  MemoryPlan memory_plan;
+  size_t swap_pool_bytes = size_t{8} << 30;  // the host pool of each rank that swaps
+  int swap_lead = 1;        // SwapIn(mb) this many forwards/backwards before Backward(mb)
+  int prefetch_layers = 2;  // swapped layers on their way back at once during a backward
 };
 
 // Steps that will run with this config over a dataset of `train_size` samples.
@@ -138,6 +148,16 @@ struct StageReport {
   // counts the rest of the step as idle.
   double wall_seconds = 0.0;
   double idle_fraction() const { return wall_seconds > 0 ? 1.0 - busy_seconds / wall_seconds : 0; }
+  // Memory (parallel/runtime/stage_memory.h): the rank's peak device bytes (its allocator, which
+  // --mem-limit caps), the bytes its swap-outs moved to the host pool and that pool's peak, the
+  // time spent replaying recomputed forwards and waiting for swapped tensors, and the most
+  // micro-batches whose saved tensors it held at once.
+  double peak_bytes = 0.0;
+  double swapped_bytes = 0.0;
+  double swap_pool_peak_bytes = 0.0;
+  double recompute_seconds = 0.0;
+  double swap_wait_seconds = 0.0;
+  double max_micro_batches = 0.0;
 };
 
 class TrainObserver {
@@ -219,10 +239,13 @@ class Trainer {
   std::unique_ptr<graph::Model> model_;
   std::unique_ptr<graph::ParamStore> store_;
   std::unique_ptr<Communicator> pipe_, dp_, dp_last_, tied_, eval_pipe_;
+  // The host pool of swapped tensors (pinned memory on a GPU), when a layer of this stage swaps.
+  std::unique_ptr<Allocator> swap_pool_;
   // Stream-ordered backends (nccl): a communicator per direction between neighbouring stages,
   // for training and for evaluation (StageComms links, parallel/runtime/executor.h).
   StageLinks links_, eval_links_;
   proto::ModelSpec spec_;
+  ModelBuilder build_;              // another instance of the model (the final weights' writer)
   std::vector<std::string> slots_;  // optimizer state slot names
   int64_t start_step_ = 0;
   int64_t skipped_before_ = 0;  // skipped steps of the run that wrote the checkpoint

@@ -16,9 +16,12 @@
 
 #include "engine/allocator.h"
 #include "engine/check.h"
+#include "engine/exec_context.h"
 #include "parallel/partition/partition.h"
 #include "parallel/partition/projection.h"
+#include "parallel/runtime/copy_engine.h"
 #include "parallel/schedule/schedule.h"
+#include "parallel/vpipe/swap_recompute_planner.h"
 #include "tools/common.h"
 
 namespace strata::tools {
@@ -41,6 +44,16 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
                   "Optimizer state tensors per parameter (AdamW 2, SGD momentum 1)");
   cmd->add_option("--partition", o.partition,
                   "Evaluate this partition too: FIRST-LAST per stage, by index or name");
+  cmd->add_option("--memory-policy", o.memory_policy,
+                  "keep (every layer keeps its saved tensors), or auto: vPIPE's swap/recompute "
+                  "plan per stage of the balanced partition under --mem-limit, with each stage's "
+                  "predicted peak memory and step time")
+      ->check(CLI::IsMember({"keep", "auto"}));
+  cmd->add_option("--swap-bandwidth", o.swap_bandwidth_gbps,
+                  "Host-device copy bandwidth for swap, GB/s (0 = measure this machine's)");
+  cmd->add_option("--precision", o.precision,
+                  "fp32, or bf16/fp16 (16-bit working copies of the weights in the memory model)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   cmd->add_option("--threads", o.model.threads, "CPU threads when profiling now (0 = all)");
   cmd->add_option("--seed", o.model.seed, "Seed of the weights when profiling now");
   return cmd;
@@ -112,6 +125,69 @@ void print_prediction(const std::string& title, const Prediction& p,
     std::printf("  over the memory limit: %s\n", plan.memory_error.c_str());
 }
 
+// vPIPE's plan for each stage of `p`: the layers' policies, predicted peak against the limit, and
+// the step time of the schedule with each stage's Eq. 2 costs.
+void print_memory_plan(const PlanOptions& o, const std::vector<parallel::LayerCost>& costs,
+                       const std::vector<std::string>& names, const Prediction& p,
+                       const parallel::PartitionOptions& po) {
+  parallel::StageSetting setting;
+  setting.schedule = po.schedule;
+  setting.micro_batches = po.micro_batches;
+  setting.optimizer_slots = o.optimizer_slots;
+  setting.mixed = o.precision == "bf16" || o.precision == "fp16";
+  if (o.swap_bandwidth_gbps > 0) {
+    setting.bandwidth = o.swap_bandwidth_gbps * 1e9;
+  } else {
+    CpuAllocator device, pool;
+    ExecContext ctx(Device::cpu(), &device, 1);
+    setting.bandwidth = parallel::measure_copy_bandwidth(ctx, pool);
+  }
+  const std::vector<parallel::LayerMemoryCost> layers =
+      parallel::layer_memory_costs(costs, po.micro_batch_size);
+  const double limit = o.mem_limit.empty() ? 0.0 : static_cast<double>(parse_bytes(o.mem_limit));
+  const parallel::PipelinePlan plan =
+      parallel::plan_pipeline(layers, p.plan.partition, setting, limit);
+  std::printf(
+      "\nmemory plan (--memory-policy auto, vPIPE Algorithm 2) of the partition %s, "
+      "host-device copies at %s GB/s%s:\n",
+      parallel::partition_string(p.plan.partition, names).c_str(),
+      format_number(setting.bandwidth / 1e9).c_str(),
+      o.swap_bandwidth_gbps > 0 ? "" : " (measured)");
+  std::printf("  %-5s %12s %12s %12s %10s %10s  %s\n", "stage", "keep peak", "planned peak",
+              "limit", "fwd ms", "bwd ms", "plan");
+  std::vector<double> forward, backward;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const parallel::StagePlan& sp = plan.stages[s];
+    const parallel::LayerRange& r = p.plan.partition[s];
+    parallel::StageSetting at = setting;
+    at.stage = static_cast<int>(s);
+    at.stages = static_cast<int>(plan.stages.size());
+    const std::vector<parallel::LayerMemoryCost> stage(layers.begin() + r.begin,
+                                                       layers.begin() + r.end);
+    const double keep =
+        parallel::estimate_stage_memory(
+            stage, r.begin,
+            parallel::MemoryPlan::uniform(names.size(), parallel::MemoryPolicy::kKeep), at)
+            .peak_bytes;
+    std::printf("  %-5zu %12s %12s %12s %10.3f %10.3f  %s%s\n", s,
+                format_bytes(static_cast<size_t>(keep)).c_str(),
+                format_bytes(static_cast<size_t>(sp.memory.peak_bytes)).c_str(),
+                o.mem_limit.empty() ? "none" : o.mem_limit.c_str(), 1e3 * sp.time.forward_s,
+                1e3 * sp.time.backward_s,
+                parallel::describe_memory_plan(plan.plan, r.begin, r.end, names).c_str(),
+                sp.feasible ? "" : " (does not fit)");
+    forward.push_back(1e3 * sp.time.forward_s + p.plan.stages[s].send_ms);
+    backward.push_back(1e3 * sp.time.backward_s);
+  }
+  const parallel::Schedule schedule = parallel::make_schedule(
+      po.schedule, static_cast<int>(p.plan.partition.size()), po.micro_batches);
+  const parallel::Simulation sim = parallel::simulate_schedule(schedule, forward, backward);
+  std::printf("  predicted %s with the plan: %.3f ms (keep: %.3f ms)%s\n",
+              parallel::is_synchronous(po.schedule) ? "step time" : "run of M micro-batches",
+              sim.makespan, p.simulation.makespan,
+              plan.feasible ? "" : "; no plan fits every stage under the limit");
+}
+
 }  // namespace
 
 int run_plan(const PlanOptions& o) {
@@ -132,6 +208,8 @@ int run_plan(const PlanOptions& o) {
   po.micro_batch_size = o.batch_size / o.micro_batches;
   po.bandwidth_bytes_per_second = o.bandwidth_gbps * 1e9;
   po.mem_limit_bytes = o.mem_limit.empty() ? 0.0 : static_cast<double>(parse_bytes(o.mem_limit));
+  // With vPIPE's plan the memory limit is met per stage by swap and recompute, not by the cut.
+  if (o.memory_policy == "auto") po.mem_limit_bytes = 0.0;
   po.optimizer_slots = o.optimizer_slots;
 
   std::unique_ptr<graph::Model> model;
@@ -200,6 +278,8 @@ int run_plan(const PlanOptions& o) {
   const parallel::Partition uniform = parallel::uniform_partition(names.size(), o.stages);
   const Prediction even = predict(parallel::evaluate_partition(costs, uniform, po), po);
   print_prediction("uniform partition (by layer count)", even, names, po);
+  if (o.memory_policy == "auto")
+    print_memory_plan(o, costs, names, balanced ? *balanced : even, po);
   if (balanced) {
     std::printf("\nbalanced (dp) vs projection: %.3f ms vs %.3f ms predicted step time\n",
                 balanced->simulation.makespan, projection.simulation.makespan);

@@ -22,6 +22,11 @@ struct PlanOptions {
   std::string mem_limit;  // per stage; empty: none
   int optimizer_slots = 2;
   std::string partition;  // a manual partition to evaluate
+  // --memory-policy auto: vPIPE's per-stage swap/recompute plan of the balanced partition under
+  // --mem-limit (parallel/vpipe/swap_recompute_planner.h).
+  std::string memory_policy = "keep";
+  double swap_bandwidth_gbps = 0.0;  // host-device copies; 0: measure this machine's
+  std::string precision = "fp32";    // bf16/fp16: 16-bit working copies in the memory model
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& options);

@@ -31,13 +31,12 @@
 #include "parallel/checkpointing.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/partition/partition.h"
-#include "parallel/partition/projection.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
 #include "tools/common.h"
-#include "tools/profile_command.h"
 #include "tools/progress.h"
 #include "tools/text_commands.h"
+#include "tools/train_layout.h"
 
 #ifdef STRATA_WITH_MPI
 #include "parallel/comm/mpi_comm.h"
@@ -130,46 +129,32 @@ struct Setup {
   std::string augmentation;
   proto::ModelSpec spec;
   std::vector<std::string> layer_names;
+  std::string memory_line;  // the memory plan, for the configuration table
   int64_t num_params = 0;
   parallel::TrainConfig config;
   parallel::PipelineConfig pipeline;
   int64_t total_steps = 0;
 };
 
-parallel::Partition decide_partition(const TrainOptions& o, const Setup& setup,
-                                     const graph::Model& model) {
-  const int S = setup.pipeline.stages;
-  if (S == 1) return {{0, model.size()}};
-  if (o.partition == "uniform") return parallel::uniform_partition(model.size(), S);
-  if (o.partition != "auto") return parallel::parse_partition(o.partition, setup.layer_names, S);
-  std::vector<parallel::LayerCost> costs;
-  if (!o.profile.empty()) {
-    costs = parallel::read_profile_file(o.profile);
-    parallel::check_profile_matches(costs, model, o.profile);
-  } else {
-    // Profiled on the training set itself, so the model sees the samples it will train on
-    // (sequence length, task, vocabulary, image size).
-    ProfileOptions p;
-    p.model = o.model;
-    p.size = o.size;
-    p.model_spec = o.model_spec;
-    p.batch_size =
-        std::max<int64_t>(1, o.batch_size / setup.pipeline.groups / setup.pipeline.micro_batches);
-    p.steps = 2;
-    p.threads = o.threads;
-    p.seed = o.seed;
-    costs = parallel::layer_costs(profile_model(p, setup.train).profiler->layers());
+std::vector<std::pair<size_t, size_t>> to_ranges(const parallel::Partition& partition) {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (const parallel::LayerRange& r : partition) ranges.push_back({r.begin, r.end});
+  return ranges;
+}
+
+// The partition and the memory plan, decided once (see tools/train_layout.h); the line that
+// describes the memory plan goes into the configuration.
+void decide_layout(const TrainOptions& o, Setup* setup) {
+  const std::unique_ptr<graph::Model> model = graph::build_model(setup->spec);
+  TrainLayout layout(o, setup->train, setup->pipeline, *model);
+  const parallel::Partition partition = layout.partition();
+  setup->pipeline.partition = to_ranges(partition);
+  setup->pipeline.memory_plan = layout.memory_plan(partition);
+  setup->memory_line = describe_memory(o, setup->pipeline, setup->layer_names, layout.auto_plan());
+  if (layout.swap_bandwidth() > 0) {
+    setup->memory_line += "; host-device copies measured at " +
+                          format_number(layout.swap_bandwidth() / 1e9) + " GB/s";
   }
-  parallel::PartitionOptions po;
-  po.schedule = setup.pipeline.schedule;
-  po.micro_batches = setup.pipeline.micro_batches;
-  po.micro_batch_size =
-      std::max<int64_t>(1, o.batch_size / setup.pipeline.groups / setup.pipeline.micro_batches);
-  po.bandwidth_bytes_per_second = o.bandwidth_gbps * 1e9;
-  po.mem_limit_bytes = o.mem_limit.empty() ? 0.0 : static_cast<double>(parse_bytes(o.mem_limit));
-  po.optimizer_slots = o.optimizer == "sgd" ? 1 : 2;
-  if (o.partitioner == "projection") return parallel::projection_partition(costs, S, po).partition;
-  return parallel::balanced_partition(costs, S, po).partition;
 }
 
 // `launcher`: how the ranks run and talk; `devices`: the device, or every rank's.
@@ -219,6 +204,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                         std::to_string(o.batch_size / p.groups / p.micro_batches)},
        {"partition", p.stages == 1 ? "all layers" : partition + " (" + how + ")"},
        {"gradient sync", grad_sync},
+       {"memory", s.memory_line},
        {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
        {"steps", std::to_string(s.total_steps)},
        {"batch size", std::to_string(o.batch_size)},
@@ -238,6 +224,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
        {"memory limit", o.mem_limit.empty() ? "none" : o.mem_limit + " per rank"},
        {"comm timeout", format_number(o.comm_timeout) + " s"},
        {"metrics", o.metrics.empty() ? "off" : o.metrics},
+       {"final weights", o.save_weights.empty() ? "not saved" : o.save_weights},
        {"trace", o.trace.empty() ? "off" : o.trace},
        {"checkpoints",
         o.checkpoint_dir.empty()
@@ -257,19 +244,46 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
   std::fflush(stdout);
 }
 
-void print_stages(const parallel::TrainSummary& summary, const Setup& setup) {
-  if (setup.pipeline.stages * setup.pipeline.groups == 1) return;
-  std::printf("\n%-6s %-6s %-6s %-28s %10s %10s %8s\n", "rank", "group", "stage", "layers",
-              "busy s", "wall s", "idle");
+// Per rank: utilization, and memory (peak device bytes, swapped bytes, recompute time, the most
+// micro-batches whose saved tensors it held); also as {"type":"stage",...} metrics records.
+void print_stages(const parallel::TrainSummary& summary, const Setup& setup,
+                  io::JsonlWriter* metrics) {
+  const parallel::MemoryPlan& plan = setup.pipeline.memory_plan;
+  const bool planned = plan.uses(parallel::MemoryPolicy::kSwap, 0, setup.layer_names.size()) ||
+                       plan.uses(parallel::MemoryPolicy::kRecompute, 0, setup.layer_names.size());
+  for (const parallel::StageReport& r : summary.stages) {
+    if (metrics == nullptr) break;
+    metrics->write({{"type", "stage"},
+                    {"rank", r.rank},
+                    {"group", r.group},
+                    {"stage", r.stage},
+                    {"first_layer", setup.layer_names[r.first_layer]},
+                    {"last_layer", setup.layer_names[r.end_layer - 1]},
+                    {"busy_s", r.busy_seconds},
+                    {"wall_s", r.wall_seconds},
+                    {"peak_bytes", r.peak_bytes},
+                    {"swapped_bytes", r.swapped_bytes},
+                    {"swap_pool_peak_bytes", r.swap_pool_peak_bytes},
+                    {"recompute_s", r.recompute_seconds},
+                    {"swap_wait_s", r.swap_wait_seconds},
+                    {"max_micro_batches", r.max_micro_batches}});
+  }
+  if (setup.pipeline.stages * setup.pipeline.groups == 1 && !planned) return;
+  std::printf("\n%-5s %-5s %-5s %-26s %8s %8s %6s %10s %10s %9s %6s\n", "rank", "group", "stage",
+              "layers", "busy s", "wall s", "idle", "peak MiB", "swap MiB", "recomp s", "mbs");
   for (const parallel::StageReport& r : summary.stages) {
     const std::string layers =
         setup.layer_names[r.first_layer] + ".." + setup.layer_names[r.end_layer - 1];
-    std::printf("%-6d %-6d %-6d %-28s %10.2f %10.2f %7.1f%%\n", r.rank, r.group, r.stage,
-                layers.c_str(), r.busy_seconds, r.wall_seconds, 100.0 * r.idle_fraction());
+    std::printf("%-5d %-5d %-5d %-26s %8.2f %8.2f %5.1f%% %10.2f %10.2f %9.3f %6.0f\n", r.rank,
+                r.group, r.stage, layers.c_str(), r.busy_seconds, r.wall_seconds,
+                100.0 * r.idle_fraction(), r.peak_bytes / (1 << 20), r.swapped_bytes / (1 << 20),
+                r.recompute_seconds, r.max_micro_batches);
   }
-  std::printf(
-      "bubble: measured %.1f%% (mean idle fraction of the ranks), schedule's ideal %.1f%%\n",
-      100.0 * summary.measured_bubble, 100.0 * summary.theoretical_bubble);
+  if (setup.pipeline.stages * setup.pipeline.groups > 1) {
+    std::printf(
+        "bubble: measured %.1f%% (mean idle fraction of the ranks), schedule's ideal %.1f%%\n",
+        100.0 * summary.measured_bubble, 100.0 * summary.theoretical_bubble);
+  }
 }
 
 // One rank: its context, trainer and (on rank 0) the reports.
@@ -295,7 +309,7 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
                             world, reporter.get());
   const parallel::TrainSummary summary = trainer.run();
   if (rank != 0) return;
-  print_stages(summary, setup);
+  print_stages(summary, setup, metrics.get());
   const MemoryStats mem = allocator.stats();
   if (summary.stopped) {
     std::printf("stopped at step %lld of %lld on request%s\n",
@@ -357,6 +371,7 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   data_options.skip_bad_samples = o.skip_bad_samples;
   data_options.channels = o.synthetic_channels;
   data_options.num_classes = o.synthetic_classes;
+  data_options.vocab_size = o.synthetic_vocab;
   s.train = io::open_dataset(o.dataset, o.data_dir, "train", data_options);
   s.test = io::open_dataset(o.dataset, o.data_dir, "test", data_options);
   s.dataset_line = s.train->name() + " (" + std::to_string(s.train->size()) + ") / " +
@@ -410,6 +425,13 @@ Setup make_setup(const TrainOptions& o, int world_size) {
       << "--micro-batches " << o.micro_batches << " does not divide the batch of each group ("
       << o.batch_size << " / " << p.groups << " = " << o.batch_size / p.groups << ")";
   STRATA_CHECK(o.comm_timeout > 0) << "--comm-timeout must be positive";
+  // The memory plan's flags, checked before anything runs (the plan itself: decide_layout).
+  if (o.memory_policy != "auto") parallel::parse_memory_policy(o.memory_policy, "--memory-policy");
+  parallel::parse_memory_plan(
+      o.memory_plan, s.layer_names,
+      parallel::MemoryPlan::uniform(s.layer_names.size(), parallel::MemoryPolicy::kKeep));
+  p.swap_pool_bytes = parse_bytes(o.swap_pool);
+  STRATA_CHECK(p.swap_pool_bytes > 0) << "--swap-pool must be positive, got " << o.swap_pool;
   p.grad_sync.overlap = o.dp_overlap == "on";
   p.grad_sync.bucket_mb = o.dp_bucket_mb;
   p.grad_sync.delay = o.dp_delay;
@@ -431,10 +453,14 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   config.eval_every = o.eval_every;
   config.num_workers = o.workers;
   STRATA_CHECK_GE(o.eval_batch_size, 0) << "--eval-batch-size must be >= 0";
+  // Evaluation runs one micro-batch per evaluation batch; under --mem-limit the default is the
+  // training micro-batch, which the memory plan was made for.
   config.eval_batch_size = o.eval_batch_size > 0              ? o.eval_batch_size
+                           : !o.mem_limit.empty()             ? micro_batch_rows(o, p)
                            : io::dataset_info(o.dataset).text ? o.batch_size
                                                               : 500;
   config.loss.label_smoothing = o.label_smoothing;
+  config.save_weights = o.save_weights;
   config.checkpoint.dir = o.checkpoint_dir;
   config.checkpoint.save_every = o.save_every;
   config.checkpoint.keep_last = o.keep_last;
@@ -476,12 +502,6 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   opt.schedule.total_steps = s.total_steps;
   opt.schedule.lr_at(0);  // validates the schedule before any rank starts
   return s;
-}
-
-std::vector<std::pair<size_t, size_t>> to_ranges(const parallel::Partition& partition) {
-  std::vector<std::pair<size_t, size_t>> ranges;
-  for (const parallel::LayerRange& r : partition) ranges.push_back({r.begin, r.end});
-  return ranges;
 }
 
 std::chrono::milliseconds timeout_of(const TrainOptions& o) {
@@ -564,20 +584,33 @@ int run_mpi(const TrainOptions& o, const parallel::ProcessInfo& process) {
       std::printf("%s\n", placement.warning.c_str());
     }
     Setup setup = make_setup(o, world->size());
-    // Rank 0 decides the partition (profiling is timing: ranks would disagree) and sends it.
-    Tensor bounds = Tensor::zeros({2 * setup.pipeline.stages}, DType::kI64);
+    // Rank 0 decides the partition and the memory plan (profiling is timing: ranks would
+    // disagree) and sends them: 2 bounds per stage, then a policy per layer.
+    const int64_t S = setup.pipeline.stages;
+    const int64_t L = static_cast<int64_t>(setup.layer_names.size());
+    Tensor layout = Tensor::zeros({2 * S + L}, DType::kI64);
+    int64_t* v = layout.data<int64_t>();
     if (world->rank() == 0) {
-      const graph::Model& model = *graph::build_model(setup.spec);
-      const parallel::Partition p = decide_partition(o, setup, model);
-      for (size_t i = 0; i < p.size(); ++i) {
-        bounds.data<int64_t>()[2 * i] = static_cast<int64_t>(p[i].begin);
-        bounds.data<int64_t>()[2 * i + 1] = static_cast<int64_t>(p[i].end);
+      decide_layout(o, &setup);
+      for (int64_t i = 0; i < S; ++i) {
+        v[2 * i] = static_cast<int64_t>(setup.pipeline.partition[i].first);
+        v[2 * i + 1] = static_cast<int64_t>(setup.pipeline.partition[i].second);
+      }
+      for (int64_t l = 0; l < L; ++l) {
+        v[2 * S + l] = static_cast<int64_t>(setup.pipeline.memory_plan.at(l));
       }
     }
-    world->broadcast(bounds, 0)->wait(world->timeout(), "the partition from rank 0");
-    for (int i = 0; i < setup.pipeline.stages; ++i) {
-      setup.pipeline.partition.push_back({static_cast<size_t>(bounds.data<int64_t>()[2 * i]),
-                                          static_cast<size_t>(bounds.data<int64_t>()[2 * i + 1])});
+    world->broadcast(layout, 0)->wait(world->timeout(),
+                                      "the partition and memory plan from rank 0");
+    if (world->rank() != 0) {
+      for (int64_t i = 0; i < S; ++i) {
+        setup.pipeline.partition.push_back(
+            {static_cast<size_t>(v[2 * i]), static_cast<size_t>(v[2 * i + 1])});
+      }
+      setup.pipeline.memory_plan.layers.resize(static_cast<size_t>(L));
+      for (int64_t l = 0; l < L; ++l) {
+        setup.pipeline.memory_plan.layers[l] = static_cast<parallel::MemoryPolicy>(v[2 * S + l]);
+      }
     }
     if (world->rank() == 0) {
       // The launcher, and what carries CUDA tensors when the ranks have any.
@@ -647,10 +680,7 @@ int run_train(const TrainOptions& o) {
   parallel::choose_comm(o.comm, 1, local_ranks, device.is_cuda(), kHaveNccl, false);
   const int ranks = o.local ? std::max(1, o.groups) * o.stages : 1;
   Setup setup = make_setup(o, ranks);
-  {
-    const std::unique_ptr<graph::Model> model = graph::build_model(setup.spec);
-    setup.pipeline.partition = to_ranges(decide_partition(o, setup, *model));
-  }
+  decide_layout(o, &setup);
   print_configuration(o, setup, ranks, o.local && ranks > 1 ? "local threads" : "single process",
                       device.str());
   parallel::RunControl control;

@@ -38,6 +38,7 @@ struct TrainOptions {
   int threads = 0;
   std::string mem_limit;
   std::string metrics;
+  std::string save_weights;  // final weights (safetensors); empty: none
   int64_t log_every = 100;
   int64_t eval_every = 0;
   int workers = 2;
@@ -49,6 +50,7 @@ struct TrainOptions {
   bool skip_bad_samples = false;
   int64_t synthetic_channels = 3;
   int64_t synthetic_classes = 10;
+  int64_t synthetic_vocab = 0;  // synthetic-tokens: vocabulary (0 = GPT-2's 50257)
   std::string progress = "auto";
   // Pipeline and data parallelism.
   int stages = 1;
@@ -59,6 +61,10 @@ struct TrainOptions {
   std::string profile;  // per-layer profile JSON for --partition auto
   double bandwidth_gbps = 10.0;
   std::string partitioner = "dp";  // --partition auto: dp (min-max DP) or projection (GroPipe)
+  // Saved tensors per layer (parallel/runtime/memory_plan.h): keep | swap | recompute | auto.
+  std::string memory_policy = "keep";
+  std::string memory_plan;  // per-layer overrides, "RANGE:POLICY,..."
+  std::string swap_pool = "8GiB";
   // Gradient all-reduce across the groups (parallel/grouped_dp.h).
   std::string dp_overlap = "on";
   double dp_bucket_mb = 25.0;

@@ -64,6 +64,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Cap on the memory each rank may allocate on its device, e.g. 2GiB "
                   "(empty = none)");
   cmd->add_option("--metrics", o.metrics, "Write metrics as JSON Lines to this file");
+  cmd->add_option("--save-weights", o.save_weights,
+                  "At the end, write the final weights of every layer to this safetensors file "
+                  "(Strata names; any schedule and layout)");
   cmd->add_option("--log-every", o.log_every, "Steps between log lines and metrics records");
   cmd->add_option("--eval-every", o.eval_every,
                   "Steps between evaluations on the test split (0 = after each epoch)");
@@ -72,7 +75,8 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Train on the first N samples only (0 = all)");
   cmd->add_option("--eval-batch-size", o.eval_batch_size,
                   "Samples per evaluation batch (0: 500 for image datasets, --batch-size for text "
-                  "ones, whose logits take T x vocabulary floats per sample)");
+                  "ones, whose logits take T x vocabulary floats per sample; with --mem-limit, "
+                  "the training micro-batch)");
   cmd->add_option("--test-samples", o.test_samples,
                   "Evaluate on the first N test samples only (0 = all)");
   cmd->add_option("--image-size", o.image_size,
@@ -89,6 +93,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "synthetic-images: channels of the samples");
   cmd->add_option("--synthetic-classes", o.synthetic_classes,
                   "synthetic-images: number of classes");
+  cmd->add_option("--synthetic-vocab", o.synthetic_vocab,
+                  "synthetic-tokens: vocabulary size V, tokens uniform in [0, V) (0 = GPT-2's "
+                  "50257)");
   cmd->add_option("--progress", o.progress,
                   "Live progress line: auto (when stdout is a terminal), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
@@ -110,6 +117,19 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Partitioner of --partition auto: dp (minimize the slowest stage exactly) or "
                   "projection (GroPipe's AMPA with its performance projection)")
       ->check(CLI::IsMember({"dp", "projection"}));
+  cmd->add_option("--memory-policy", o.memory_policy,
+                  "What each layer's tensors saved for backward do between its forward and "
+                  "backward: keep (on the device), swap (to a host pool, copied back before the "
+                  "backward), recompute (dropped, the forward replayed from the nearest kept "
+                  "input), or auto (vPIPE's planner chooses per layer and stage under "
+                  "--mem-limit from a profile)")
+      ->check(CLI::IsMember({"keep", "swap", "recompute", "auto"}));
+  cmd->add_option("--memory-plan", o.memory_plan,
+                  "Per-layer overrides of --memory-policy: RANGE:POLICY,... with ranges by layer "
+                  "index or name, e.g. blocks.0-blocks.5:recompute,blocks.6:swap");
+  cmd->add_option("--swap-pool", o.swap_pool,
+                  "Host memory each swapping rank may use for swapped tensors (pinned on a GPU), "
+                  "e.g. 8GiB");
   cmd->add_option("--dp-overlap", o.dp_overlap,
                   "Gradient all-reduce across groups: on (per bucket, launched as soon as its "
                   "layers' last backward is done, overlapping the rest of backward) or off (after "

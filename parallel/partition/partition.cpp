@@ -42,6 +42,14 @@ std::vector<LayerCost> layer_costs(const std::vector<graph::LayerProfile>& profi
     c.output_bytes = p.last_batch > 0 ? static_cast<double>(p.output_bytes) / p.last_batch : 0.0;
     c.activation_bytes = p.activation_bytes_per_sample();
     c.param_bytes = static_cast<double>(p.param_bytes);
+    auto per_sample = [&p](size_t bytes) {
+      return p.last_batch > 0 ? static_cast<double>(bytes) / p.last_batch : 0.0;
+    };
+    c.saved_bytes = per_sample(p.saved_bytes);
+    c.shared_bytes = per_sample(p.shared_bytes);
+    c.input_bytes = per_sample(p.input_bytes);
+    c.forward_peak_bytes = per_sample(p.forward_peak_bytes);
+    c.backward_peak_bytes = per_sample(p.backward_peak_bytes);
     costs.push_back(c);
   }
   return costs;
@@ -79,6 +87,13 @@ std::vector<LayerCost> parse_profile_json(const std::string& json_text, const st
     c.output_bytes = number("output_bytes_per_sample");
     c.activation_bytes = number("activation_bytes_per_sample");
     c.param_bytes = number("param_bytes");
+    // Memory planning's fields, absent from older profiles (zero: nothing known).
+    auto optional = [&](const char* key) { return l.contains(key) ? number(key) : 0.0; };
+    c.saved_bytes = optional("saved_bytes_per_sample");
+    c.shared_bytes = optional("shared_bytes_per_sample");
+    c.input_bytes = optional("input_bytes_per_sample");
+    c.forward_peak_bytes = optional("forward_peak_bytes_per_sample");
+    c.backward_peak_bytes = optional("backward_peak_bytes_per_sample");
     costs.push_back(c);
   }
   return costs;
@@ -139,10 +154,10 @@ std::optional<size_t> find_layer(const std::string& text, const std::vector<std:
 }
 
 size_t resolve_layer(const std::string& text, const std::string& range,
-                     const std::vector<std::string>& names) {
+                     const std::vector<std::string>& names, const std::string& flag) {
   if (const std::optional<size_t> i = find_layer(text, names)) return *i;
   std::ostringstream o;
-  o << "--partition range '" << range << "': ";
+  o << flag << " range '" << range << "': ";
   if (is_number(text)) {
     o << "layer index " << text << " is out of range (the model has " << names.size()
       << " layers, 0-" << names.size() - 1 << ")";
@@ -154,9 +169,12 @@ size_t resolve_layer(const std::string& text, const std::string& range,
   STRATA_THROW() << o.str();
 }
 
+}  // namespace
+
 // FIRST-LAST, or one layer; names may themselves hold dashes, so every split is tried.
-std::pair<size_t, size_t> parse_range(const std::string& range,
-                                      const std::vector<std::string>& names) {
+std::pair<size_t, size_t> parse_layer_range(const std::string& range,
+                                            const std::vector<std::string>& names,
+                                            const std::string& flag) {
   if (const std::optional<size_t> one = find_layer(range, names)) return {*one, *one};
   for (size_t p = range.find('-'); p != std::string::npos; p = range.find('-', p + 1)) {
     const std::optional<size_t> a = find_layer(trim(range.substr(0, p)), names);
@@ -165,14 +183,12 @@ std::pair<size_t, size_t> parse_range(const std::string& range,
   }
   const size_t dash = range.find('-');
   if (dash == std::string::npos) {
-    const size_t one = resolve_layer(range, range, names);  // throws: `range` names no layer
+    const size_t one = resolve_layer(range, range, names, flag);  // throws: names no layer
     return {one, one};
   }
-  const size_t first = resolve_layer(trim(range.substr(0, dash)), range, names);
-  return {first, resolve_layer(trim(range.substr(dash + 1)), range, names)};
+  const size_t first = resolve_layer(trim(range.substr(0, dash)), range, names, flag);
+  return {first, resolve_layer(trim(range.substr(dash + 1)), range, names, flag)};
 }
-
-}  // namespace
 
 Partition parse_partition(const std::string& text, const std::vector<std::string>& names,
                           int stages) {
@@ -191,7 +207,7 @@ Partition parse_partition(const std::string& text, const std::vector<std::string
   for (const std::string& range : ranges) {
     STRATA_CHECK(!range.empty()) << "--partition '" << text << "': stage " << partition.size()
                                  << " has an empty range";
-    const auto [first, last] = parse_range(range, names);
+    const auto [first, last] = parse_layer_range(range, names, "--partition");
     STRATA_CHECK(first <= last) << "--partition range '" << range << "' is empty: it ends at layer "
                                 << layer_label(last, names) << " before it begins at layer "
                                 << layer_label(first, names);

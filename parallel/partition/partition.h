@@ -38,6 +38,15 @@ struct LayerCost {
   double output_bytes = 0.0;      // outputs per sample: what a stage ending here sends on
   double activation_bytes = 0.0;  // outputs + tensors saved for backward, per sample
   double param_bytes = 0.0;       // the layer's parameters (f32)
+  // For memory planning (parallel/vpipe/memory_model.h), per sample; zero in profiles written
+  // before they were measured: the storages the tape keeps (each once), those of them the
+  // previous layer's tape also keeps, the inputs, and the most bytes the forward and the
+  // backward allocate above the level they start at.
+  double saved_bytes = 0.0;
+  double shared_bytes = 0.0;
+  double input_bytes = 0.0;
+  double forward_peak_bytes = 0.0;
+  double backward_peak_bytes = 0.0;
 };
 
 // From a live profile.
@@ -59,6 +68,12 @@ struct LayerRange {
   bool operator==(const LayerRange& o) const { return begin == o.begin && end == o.end; }
 };
 using Partition = std::vector<LayerRange>;
+
+// A range of layers "FIRST-LAST" or one layer, by index or name (names may hold dashes), as
+// [first, last] (inclusive). Errors name `flag` and, for an unknown name, list the layers.
+std::pair<size_t, size_t> parse_layer_range(const std::string& range,
+                                            const std::vector<std::string>& names,
+                                            const std::string& flag);
 
 // Parses "0-3,4-11,12-15" (layer indices, inclusive) or "conv1-pool2,fc1-fc2" (layer names),
 // or a mix; a range of one layer may be written "5" or "fc2". The ranges must cover all layers

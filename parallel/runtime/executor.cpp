@@ -27,10 +27,21 @@ bool is_compute(OpCode op) {
          op == OpCode::kOptimizerStep;
 }
 
+// The swap engine, when a layer of this stage swaps.
+std::unique_ptr<CopyEngine> make_copy_engine(ExecContext& ctx, const StageRange& range,
+                                             const ExecutorConfig& config) {
+  if (!config.memory_plan.uses(MemoryPolicy::kSwap, range.begin, range.end)) return nullptr;
+  STRATA_CHECK(config.swap_pool != nullptr)
+      << "executor: stage " << range.stage << " swaps layers but has no host pool";
+  return std::make_unique<CopyEngine>(ctx, *config.swap_pool, "--swap-pool");
+}
+
 }  // namespace
 
 struct Executor::InFlight {
-  Tape tape;
+  // Forwarded in training, not yet backwarded: its saved tensors are StageMemory's records, and
+  // it needs the weight version below.
+  bool awaiting_backward = false;
   TensorList inputs;        // received activations (stages > 0)
   TensorList outputs;       // to send forward (stages < S - 1)
   TensorList grad_outputs;  // received gradients (stages < S - 1)
@@ -53,7 +64,10 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
       transfers_(ctx, model, range, comms,
                  store.mixed() ? std::optional<DType>(store.compute_dtype()) : std::nullopt,
                  config.lookahead, trace),
+      copies_(make_copy_engine(ctx, range, config)),
+      memory_(ctx, model, store, range.begin, range.end, config.memory_plan, copies_.get(), trace),
       uploader_(ctx) {
+  memory_.set_prefetch_layers(config.prefetch_layers);
   STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
       << "executor: stage " << range.stage << " of " << range.stages;
   STRATA_CHECK(range.begin < range.end && range.end <= model.size())
@@ -138,7 +152,14 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   options.weight_version = static_cast<uint64_t>(optimizer_steps_);
   options.keep_tape = training;
   f.weight_version = optimizer_steps_;
-  TensorList outputs = model_.forward(ctx_, range_.begin, range_.end, inputs, f.tape, options);
+  TensorList outputs;
+  if (training) {
+    outputs = memory_.forward(mb, inputs, options);
+    f.awaiting_backward = true;
+  } else {
+    Tape tape;  // evaluation keeps nothing
+    outputs = model_.forward(ctx_, range_.begin, range_.end, inputs, tape, options);
+  }
   if (!last_stage()) {
     f.outputs = std::move(outputs);
     return;
@@ -175,7 +196,7 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
 
 void Executor::backward(int64_t mb, bool last_of_update) {
   auto it = in_flight_.find(mb);
-  STRATA_CHECK(it != in_flight_.end() && !it->second->tape.layers.empty())
+  STRATA_CHECK(it != in_flight_.end() && it->second->awaiting_backward)
       << "executor: Backward(mb " << mb << ") on stage " << range_.stage << " before its Forward";
   InFlight& f = *it->second;
   const TensorList grads = last_stage() ? TensorList{f.dlogits} : std::move(f.grad_outputs);
@@ -199,22 +220,21 @@ void Executor::backward(int64_t mb, bool last_of_update) {
       grouped_dp_->layer_done(updates_, layer);
     };
   }
-  TensorList grad_inputs =
-      model_.backward(ctx_, range_.begin, range_.end, grads, f.tape, nullptr, hook);
+  TensorList grad_inputs = memory_.backward(mb, grads, hook);
   if (!early_buckets) store_.flush_grads(ctx_);  // mixed precision: into the f32 masters
   if (current.defined()) {
     store_.params().copy_from(current);
     store_.load_working_params(ctx_);
   }
   if (!first_stage()) f.grad_inputs = std::move(grad_inputs);
-  f.tape.clear();  // marks the micro-batch as no longer needing its weight version
+  f.awaiting_backward = false;  // no longer needs its weight version
   f.dlogits = Tensor();
   f.grad_outputs.clear();
   // Stashed versions nobody in flight needs any more.
   for (auto s = stash_.begin(); s != stash_.end();) {
     bool needed = false;
     for (const auto& [other, g] : in_flight_) {
-      needed = needed || (other != mb && g->weight_version == s->first && !g->tape.layers.empty());
+      needed = needed || (other != mb && g->weight_version == s->first && g->awaiting_backward);
     }
     s = needed ? std::next(s) : stash_.erase(s);
   }
@@ -265,7 +285,7 @@ void Executor::apply_update(StepStats* stats) {
   collective_seconds_ += seconds_since(tied_start);
   // Versions still needed by a micro-batch in flight are stashed before the update.
   for (const auto& [mb, f] : in_flight_) {
-    if (!f->tape.layers.empty() && f->weight_version == optimizer_steps_ &&
+    if (f->awaiting_backward && f->weight_version == optimizer_steps_ &&
         stash_.count(optimizer_steps_) == 0) {
       stash_[optimizer_steps_] = store_.params().clone();
     }
@@ -407,6 +427,9 @@ void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepS
     case OpCode::kOptimizerStep:
       optimizer_step(stats);
       break;
+    case OpCode::kSwapIn:
+      memory_.prefetch(in.micro_batch);
+      break;
   }
   // Time blocked in a collective waits for the other ranks: it is not work.
   const double seconds = seconds_since(start) - (collective_seconds_ - collective_before);
@@ -436,6 +459,7 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
     }
     execute(program[i], source, &stats);
     if (range_.stages > 1) transfers_.poll();
+    memory_.poll();
   }
   if (buffers_dirty_) {  // a program without ReduceGrads (the asynchronous schedule's segments)
     store_.store_working_buffers(ctx_);
@@ -458,6 +482,8 @@ void Executor::finish() {
       << " receives still posted";
   STRATA_CHECK(in_flight_.empty()) << "executor: stage " << range_.stage << " finished with "
                                    << in_flight_.size() << " micro-batches in flight";
+  STRATA_CHECK_EQ(memory_.live_records(), 0)
+      << "executor: stage " << range_.stage << " finished with saved tensors still recorded";
   STRATA_CHECK(grouped_dp_ == nullptr || config_.grad_sync.delay > 0 || grouped_dp_->idle())
       << "executor: stage " << range_.stage << " finished with gradient all-reduces pending";
   stash_.clear();

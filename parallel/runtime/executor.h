@@ -58,7 +58,10 @@
 #include "ops/cross_entropy.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/grouped_dp.h"
+#include "parallel/runtime/copy_engine.h"
+#include "parallel/runtime/memory_plan.h"
 #include "parallel/runtime/micro_batch_source.h"
+#include "parallel/runtime/stage_memory.h"
 #include "parallel/runtime/stage_transfers.h"
 #include "parallel/schedule/schedule.h"
 
@@ -82,6 +85,13 @@ struct ExecutorConfig {
   bool global_norm = false;
   GradSyncConfig grad_sync;             // the data-parallel all-reduce (G > 1)
   GradSyncObserver grad_sync_observer;  // tests: launches, all-reduces, backward ends
+  // What each layer's saved tensors do between its forward and backward (keep, swap,
+  // recompute: parallel/runtime/stage_memory.h); empty: keep every layer.
+  MemoryPlan memory_plan;
+  // The host pool swapped tensors go to (needed when a layer of the stage swaps), and how many
+  // swapped layers are on their way back at once during a backward.
+  Allocator* swap_pool = nullptr;
+  int prefetch_layers = 2;
 };
 
 struct StepStats {
@@ -147,6 +157,9 @@ class Executor {
   Tensor on_device(const Tensor& t) { return uploader_.upload(t); }
   bool last_stage() const { return range_.stage == range_.stages - 1; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
+  // The stage's saved-tensor records and what swap and recompute did so far.
+  StageMemoryStats memory_stats() const { return memory_.stats(); }
+  CopyEngine::Stats copy_stats() const { return copies_ ? copies_->stats() : CopyEngine::Stats{}; }
 
  private:
   struct InFlight;
@@ -176,6 +189,8 @@ class Executor {
 
   std::map<int64_t, std::unique_ptr<InFlight>> in_flight_;
   StageTransfers transfers_;
+  std::unique_ptr<CopyEngine> copies_;  // null when no layer of the stage swaps
+  StageMemory memory_;
   // Weight stashing (async-1f1b): versions still needed by micro-batches in flight.
   std::map<int64_t, Tensor> stash_;
   // Tied parameters split between the first and last stage: this store's gradient views.

@@ -117,9 +117,11 @@ StageTransfers::StageTransfers(ExecContext& ctx, const graph::Model& model, Stag
          "needs a link per direction between neighbouring stages (make_stage_links)";
   late_receives_ = ordered;
   // CUDA: transfers on streams of their own, ordered after the compute stream by events.
+  // Their priority is the device's highest, so the swap engine's copies (default priority, vPIPE
+  // §4.2) never hold back the pipeline's traffic.
   if (ctx.device().is_cuda() && range.stages > 1) {
-    send_stream_ = std::make_unique<cuda::StreamHandle>(ctx.device().index);
-    recv_stream_ = std::make_unique<cuda::StreamHandle>(ctx.device().index);
+    send_stream_ = std::make_unique<cuda::StreamHandle>(ctx.device().index, true);
+    recv_stream_ = std::make_unique<cuda::StreamHandle>(ctx.device().index, true);
     auto use_stream = [this](Communicator* c, void* stream) {
       if (c == nullptr) return;
       c->set_caller_stream(stream);

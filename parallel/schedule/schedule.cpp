@@ -59,6 +59,8 @@ const char* opcode_name(OpCode op) {
       return "ReduceGrads";
     case OpCode::kOptimizerStep:
       return "OptimizerStep";
+    case OpCode::kSwapIn:
+      return "SwapIn";
   }
   return "?";
 }
@@ -69,6 +71,43 @@ std::string to_string(const Instruction& instruction) {
   }
   return std::string(opcode_name(instruction.op)) + "(mb " +
          std::to_string(instruction.micro_batch) + ")";
+}
+
+void add_prefetches(Program* program, int lead) {
+  STRATA_CHECK_GE(lead, 1) << "add_prefetches: lead " << lead;
+  auto is_compute = [](OpCode op) { return op == OpCode::kForward || op == OpCode::kBackward; };
+  Program& p = *program;
+  for (size_t k = 0; k < p.size(); ++k) {
+    if (p[k].op != OpCode::kBackward) continue;
+    const int64_t mb = p[k].micro_batch;
+    bool have = false;
+    size_t forward = p.size();
+    for (size_t j = 0; j < k; ++j) {
+      have = have || (p[j].op == OpCode::kSwapIn && p[j].micro_batch == mb);
+      if (p[j].op == OpCode::kForward && p[j].micro_batch == mb) forward = j;
+    }
+    if (have) continue;
+    STRATA_CHECK(forward < k) << "add_prefetches: " << to_string(p[k])
+                              << " has no Forward before it";
+    // After Forward(mb) and its SendAct at the earliest.
+    size_t earliest = forward + 1;
+    if (earliest < k && p[earliest].op == OpCode::kSendAct && p[earliest].micro_batch == mb) {
+      ++earliest;
+    }
+    // The lead-th forward or backward before Backward(mb), with the receives just before it.
+    size_t at = k;
+    for (int seen = 0; seen < lead && at > earliest;) {
+      --at;
+      if (is_compute(p[at].op)) ++seen;
+    }
+    while (at > earliest &&
+           (p[at - 1].op == OpCode::kRecvAct || p[at - 1].op == OpCode::kRecvGrad)) {
+      --at;
+    }
+    at = std::max(at, earliest);
+    p.insert(p.begin() + static_cast<std::ptrdiff_t>(at), Instruction{OpCode::kSwapIn, mb});
+    ++k;  // Backward(mb) moved one place on
+  }
 }
 
 ScheduleKind parse_schedule(const std::string& name) {
@@ -165,7 +204,7 @@ Schedule make_schedule(ScheduleKind kind, int stages, int64_t micro_batches, int
 
 namespace {
 
-constexpr int kNumOps = 8;
+constexpr int kNumOps = 9;
 constexpr int64_t kAbsent = -1;
 
 int64_t in_flight_bound(const Schedule& sc, int s) {
@@ -265,9 +304,11 @@ std::string check_order(const Schedule& sc, const std::vector<Positions>& positi
     const std::string stage = "stage " + std::to_string(s) + ": ";
     // `earlier` must exist and come before `later` wherever `later` exists (on the stages where
     // the rule applies).
+    // `optional`: the rule holds where both exist (a SwapIn is not required before a Backward).
     struct Rule {
       OpCode earlier, later;
       bool applies;
+      bool optional = false;
     };
     const Rule rules[] = {
         {OpCode::kForward, OpCode::kBackward, true},
@@ -275,12 +316,15 @@ std::string check_order(const Schedule& sc, const std::vector<Positions>& positi
         {OpCode::kForward, OpCode::kSendAct, s < S - 1},
         {OpCode::kRecvGrad, OpCode::kBackward, s < S - 1},
         {OpCode::kBackward, OpCode::kSendGrad, s > 0},
+        {OpCode::kForward, OpCode::kSwapIn, true},
+        {OpCode::kSwapIn, OpCode::kBackward, true, true},
     };
     for (int64_t i = 0; i < sc.micro_batches; ++i) {
       for (const Rule& r : rules) {
         if (!r.applies) continue;
         const int64_t e = P.of(r.earlier, i), l = P.of(r.later, i);
         if (l == kAbsent) continue;  // a missing send is a matching error (step 2)
+        if (e == kAbsent && r.optional) continue;
         if (e == kAbsent) {
           return stage + ins(r.later, first + i) + " at instruction " + std::to_string(l) +
                  " has no " + ins(r.earlier, first + i) + " before it";

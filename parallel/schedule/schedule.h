@@ -1,7 +1,7 @@
 // Pipeline schedules as data: for every stage, the list of instructions it executes.
 //
-// The same lists drive the executor (parallel/runtime/executor.h), the checker below, the tests and the
-// simulator. A micro-batch is named by its global index: step * M + i for the synchronous
+// The same lists drive the executor (parallel/runtime/executor.h), the checker below, the tests and
+// the simulator. A micro-batch is named by its global index: step * M + i for the synchronous
 // schedules (one list per stage and step), and a running count for the asynchronous one (one list
 // per stage for a whole run of N micro-batches, no flush).
 //
@@ -34,6 +34,7 @@ enum class OpCode : uint8_t {
   kSendGrad,       // send the gradients of micro_batch's inputs to stage s - 1
   kReduceGrads,    // all-reduce gradients across data-parallel groups (and tied copies)
   kOptimizerStep,  // apply the optimizer to the accumulated gradients, then zero them
+  kSwapIn,         // start copying micro_batch's swapped saved tensors back for its Backward
 };
 
 const char* opcode_name(OpCode op);  // "RecvAct", "Forward", ...
@@ -49,6 +50,13 @@ std::string to_string(const Instruction& instruction);  // "Forward(mb 3)", "Opt
 using Program = std::vector<Instruction>;
 
 enum class ScheduleKind { kGPipe, k1F1B, kAsync1F1B };
+
+// Swap (parallel/runtime/memory_plan.h): puts SwapIn(mb) into stage `stage`'s program ahead of
+// every Backward(mb), `lead` forward or backward instructions before it (with the receives that
+// precede that instruction, so the copy starts before the stage waits for a peer), and never
+// before Forward(mb) and its SendAct. A SwapIn only starts copies: it costs nothing in the
+// simulation, and the checker requires it after Forward(mb) and before Backward(mb).
+void add_prefetches(Program* program, int lead);
 
 // Parses gpipe|1f1b|async-1f1b; throws strata::Error listing them otherwise.
 ScheduleKind parse_schedule(const std::string& name);
@@ -82,7 +90,8 @@ struct ScheduleCheck {
 // after forward; sends and receives match one to one between neighbouring stages; the programs
 // cannot deadlock (simulation with asynchronous sends and blocking receives); ReduceGrads and
 // OptimizerStep where the kind needs them; in-flight micro-batches within the kind's bound
-// (gpipe: M; 1f1b and async-1f1b: S - s).
+// (gpipe: M; 1f1b and async-1f1b: S - s); a SwapIn(mb), where there is one, between Forward(mb)
+// and Backward(mb).
 ScheduleCheck check_schedule(const Schedule& schedule);
 
 // A simulation of a valid schedule with per-stage costs (time of one micro-batch's forward and

@@ -184,7 +184,7 @@ TEST(Cli, ShortTrainingRunWritesMetrics) {
   }
   std::ifstream in(dir + "/m.jsonl");
   std::string line;
-  int train = 0, eval = 0;
+  int train = 0, eval = 0, stage = 0;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line);
     if (j["type"] == "train") {
@@ -192,6 +192,13 @@ TEST(Cli, ShortTrainingRunWritesMetrics) {
       for (const char* k : {"step", "epoch", "loss", "lr", "samples_per_s"}) {
         EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
       }
+    } else if (j["type"] == "stage") {
+      ++stage;
+      for (const char* k : {"rank", "stage", "busy_s", "peak_bytes", "swapped_bytes", "recompute_s",
+                            "max_micro_batches"}) {
+        EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
+      }
+      EXPECT_GT(j["peak_bytes"].get<double>(), 0.0);
     } else {
       ++eval;
       for (const char* k : {"split", "step", "loss", "accuracy"}) {
@@ -201,6 +208,7 @@ TEST(Cli, ShortTrainingRunWritesMetrics) {
   }
   EXPECT_EQ(train, 3);
   EXPECT_EQ(eval, 1);
+  EXPECT_EQ(stage, 1);  // one rank
 }
 
 TEST(Cli, TrainsOnTinyCifar10Files) {

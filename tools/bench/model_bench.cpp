@@ -7,8 +7,8 @@
 // are reported.
 //
 // Mixed precision (--precision bf16|fp16, CUDA only) does what a step of `strata train` does
-// (parallel/runtime/executor.h): the ParamStore keeps f32 master weights, gradients and optimizer state
-// and binds the layers to 16-bit working copies; every step refreshes the working weights and
+// (parallel/runtime/executor.h): the ParamStore keeps f32 master weights, gradients and optimizer
+// state and binds the layers to 16-bit working copies; every step refreshes the working weights and
 // statistics from the masters (load_working), rounds floating inputs (images) to 16 bits, runs
 // forward, loss (f32, from 16-bit logits) and backward in 16 bits, moves the 16-bit gradients into
 // the f32 masters (flush_grads), copies the running statistics back (store_working_buffers) and

@@ -1,0 +1,58 @@
+// What `strata train` decides once, before the ranks start (rank 0 under MPI, which sends it to
+// the others): where the stages are cut (--partition) and what each layer's saved tensors do
+// (--memory-policy, --memory-plan: parallel/runtime/memory_plan.h). Both may need the model's
+// per-layer costs: a --profile file, or a short profiling run on the training set at the
+// micro-batch size, measured at most once.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/model.h"
+#include "io/dataset.h"
+#include "parallel/partition/partition.h"
+#include "parallel/runtime/memory_plan.h"
+#include "parallel/trainer.h"
+#include "parallel/vpipe/swap_recompute_planner.h"
+#include "tools/train_command.h"
+
+namespace strata::tools {
+
+class TrainLayout {
+ public:
+  TrainLayout(const TrainOptions& options, std::shared_ptr<const io::Dataset> train,
+              const parallel::PipelineConfig& pipeline, const graph::Model& model);
+
+  parallel::Partition partition();
+  // --memory-policy keep|swap|recompute with --memory-plan's overrides; auto: vPIPE's planner on
+  // every stage of `partition` under --mem-limit (an error naming the stage, the bytes its
+  // smallest plan needs and the limit when no plan fits), then the overrides.
+  parallel::MemoryPlan memory_plan(const parallel::Partition& partition);
+  // The planner's per-stage result when --memory-policy auto ran (for the configuration).
+  const std::optional<parallel::PipelinePlan>& auto_plan() const { return auto_plan_; }
+  double swap_bandwidth() const { return bandwidth_; }
+
+ private:
+  const std::vector<parallel::LayerCost>& costs();
+
+  const TrainOptions& o_;
+  std::shared_ptr<const io::Dataset> train_;
+  parallel::PipelineConfig pipeline_;
+  const graph::Model& model_;
+  std::vector<std::string> names_;
+  std::optional<std::vector<parallel::LayerCost>> costs_;
+  std::optional<parallel::PipelinePlan> auto_plan_;
+  double bandwidth_ = 0.0;
+};
+
+// The rows per micro-batch of a layout.
+int64_t micro_batch_rows(const TrainOptions& options, const parallel::PipelineConfig& pipeline);
+// "keep", or per stage "stage 0: keep embed, swap blocks.0; stage 1: ..." (with the planner's
+// predicted peak per stage when it ran).
+std::string describe_memory(const TrainOptions& options, const parallel::PipelineConfig& pipeline,
+                            const std::vector<std::string>& layer_names,
+                            const std::optional<parallel::PipelinePlan>& auto_plan);
+
+}  // namespace strata::tools
