@@ -11,7 +11,8 @@ DeviceSpec builtin_device(const std::string& name) {
   d.launch_seconds = 4e-6;
   if (name == "h100") {
     d.peak_flops = 989e12;
-    d.peak_flops_fp32 = 494e12;  // TF32 tensor cores, dense
+    d.peak_flops_tf32 = 494e12;
+    d.peak_flops_fp32 = 67e12;
     d.memory_bandwidth = 3.35e12;
     d.memory_bytes = 80e9;
     d.nvlink_bandwidth = 450e9;
@@ -20,7 +21,8 @@ DeviceSpec builtin_device(const std::string& name) {
   }
   if (name == "h200") {
     d.peak_flops = 989e12;
-    d.peak_flops_fp32 = 494e12;
+    d.peak_flops_tf32 = 494e12;
+    d.peak_flops_fp32 = 67e12;
     d.memory_bandwidth = 4.8e12;
     d.memory_bytes = 141e9;
     d.nvlink_bandwidth = 450e9;
@@ -29,7 +31,8 @@ DeviceSpec builtin_device(const std::string& name) {
   }
   if (name == "a100") {
     d.peak_flops = 312e12;
-    d.peak_flops_fp32 = 156e12;
+    d.peak_flops_tf32 = 156e12;
+    d.peak_flops_fp32 = 19.5e12;
     d.memory_bandwidth = 2.039e12;
     d.memory_bytes = 80e9;
     d.nvlink_bandwidth = 300e9;

@@ -9,9 +9,11 @@
 //
 // Built-in devices (dense 16-bit tensor-core peak; SXM parts; memory bandwidth and capacity as
 // NVIDIA's data sheets give them):
-//   h100  989 TFLOP/s bf16, 3.35 TB/s HBM3, 80 GB,  NVLink 4 (450 GB/s per direction)
-//   h200  989 TFLOP/s bf16, 4.8 TB/s HBM3e, 141 GB, NVLink 4 (450 GB/s per direction)
-//   a100  312 TFLOP/s bf16, 2.039 TB/s HBM2e, 80 GB, NVLink 3 (300 GB/s per direction)
+//   h100  989 TFLOP/s bf16, 494 TF32, 67 fp32; 3.35 TB/s HBM3, 80 GB; NVLink 4 (450 GB/s per
+//         direction); 50 GB/s to the host (PCIe 5)
+//   h200  as h100 with 4.8 TB/s HBM3e and 141 GB
+//   a100  312 TFLOP/s bf16, 156 TF32, 19.5 fp32; 2.039 TB/s HBM2e, 80 GB; NVLink 3 (300 GB/s
+//         per direction); 25 GB/s to the host (PCIe 4)
 // Every field can be overridden (tools/simulate_command.cpp: --device-tflops, ...), and a device
 // of any name is made from flags alone.
 //
@@ -31,8 +33,9 @@ namespace strata::parallel::sim {
 
 struct DeviceSpec {
   std::string name;
-  double peak_flops = 0.0;        // dense 16-bit tensor FLOP/s (fp32 runs at peak_flops_fp32)
-  double peak_flops_fp32 = 0.0;   // FLOP/s of fp32 (TF32 tensor cores on NVIDIA parts)
+  double peak_flops = 0.0;        // dense 16-bit tensor-core FLOP/s (bf16, fp16)
+  double peak_flops_tf32 = 0.0;   // dense TF32 tensor-core FLOP/s (--precision tf32)
+  double peak_flops_fp32 = 0.0;   // plain fp32 FLOP/s (--precision fp32)
   double memory_bandwidth = 0.0;  // bytes/s
   double memory_bytes = 0.0;      // capacity
   double nvlink_bandwidth = 0.0;  // bytes/s per direction

@@ -47,7 +47,7 @@ Efficiency parse_efficiency(const std::string& text, Efficiency base) {
 
 CostModel device_cost_model(const std::vector<LayerWork>& work, const DeviceSpec& device,
                             const DeviceCostOptions& o) {
-  const double peak = o.sixteen_bit ? device.peak_flops : device.peak_flops_fp32;
+  const double peak = o.peak_flops;
   STRATA_CHECK(peak > 0.0 && device.memory_bandwidth > 0.0)
       << "device " << device.name << " needs a peak rate and a memory bandwidth";
   const Efficiency& e = o.efficiency;

@@ -15,8 +15,8 @@
 //                   backward = 2 x matmul part + 2.5 x attention part (the fused kernel
 //                              recomputes the scores) + 2 x memory part + 2 x launches,
 //                 per sample except the launches (a fixed cost per micro-batch). A causal
-//                 attention computes half of the (query, key) pairs. The 16-bit peak serves
-//                 bf16/fp16, the fp32 one (TF32) fp32.
+//                 attention computes half of the (query, key) pairs. The peak is the one of
+//                 the run's precision (bf16/fp16, tf32 or plain fp32).
 // Sizes (activation and parameter bytes) always come from the model's shapes (layer_work.h);
 // a profile's byte counts are not used because they count a tensor that two layers keep twice.
 //
@@ -60,7 +60,7 @@ struct CostModel {
 
 struct DeviceCostOptions {
   Efficiency efficiency;
-  bool sixteen_bit = true;       // bf16/fp16 peak; false: the fp32 (TF32) peak
+  double peak_flops = 0.0;       // the rate of the run's precision (DeviceSpec: bf16, tf32, fp32)
   bool causal_attention = true;  // half the (query, key) pairs are computed
   int optimizer_slots = 2;
 };

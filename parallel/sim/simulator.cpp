@@ -532,6 +532,7 @@ bool Engine::run_one(int r, const SimInstruction& in) {
           ready = std::max(ready, col.end);
         }
       }
+      const double dp_ready = ready;
       if (tied_a >= 0 && (s == tied_a || s == tied_b)) {
         Collective& col = tied[{rep, rk.update}];
         if (!rk.arrived) {
@@ -547,10 +548,11 @@ bool Engine::run_one(int r, const SimInstruction& in) {
           const int other = rep * S + (s == tied_a ? tied_b : tied_a);
           event(other, TimelineEvent::kGradSync, "tied all-reduce", -1, col.latest, col.end);
         }
-        rk.tied_exposed[rk.step] += col.end - ready;
+        // Waiting for the other stage to get there is bubble; the all-reduce itself is exposed.
+        rk.tied_exposed[rk.step] += col.end - std::max(ready, col.latest);
         ready = col.end;
       }
-      rk.dp_exposed[rk.step] += ready - t0;
+      rk.dp_exposed[rk.step] += dp_ready - t0;
       const double duration = applied >= 0 || G == 1 ? opt[s] : 0.0;
       event(r, TimelineEvent::kCompute, "OptimizerStep", -1, ready, ready + duration);
       rk.busy[rk.step] += duration;
@@ -622,7 +624,7 @@ void Engine::finish() {
       busy += n * rk.busy[last];
       st.p2p_wait_s += n * rk.wait[last];
       st.p2p_exposed_s += n * rk.exposed[last];
-      st.dp_exposed_s += n * (rk.dp_exposed[last] - rk.tied_exposed[last]);
+      st.dp_exposed_s += n * rk.dp_exposed[last];
       st.tied_exposed_s += n * rk.tied_exposed[last];
       st.swap_exposed_s += n * rk.swap_exposed[last];
       w += n;
