@@ -258,7 +258,7 @@ Setup setup(const SimulateOptions& o) {
   sim::WorkOptions wo;
   wo.compute = compute;
   wo.attention_probs = !o.profile.empty() && o.device_model.empty();  // the CPU keeps them
-  const std::vector<sim::LayerWork> work = sim::model_work(*s.model, s.spec, wo);
+  const std::vector<sim::LayerWork> work = sim::model_work(*s.model, &s.spec, wo);
   if (!o.profile.empty()) {
     std::vector<sim::MeasuredProfile> profiles;
     for (const std::string& p : o.profile) profiles.push_back(sim::read_profile(p));
@@ -303,6 +303,13 @@ Setup setup(const SimulateOptions& o) {
 
   SimContext& c = s.ctx;
   c.model = s.model->name();
+  if (o.layers > 0 || o.width > 0 || o.heads > 0 || o.vocab > 0) {
+    // Dimensions over a named size: say what the model is.
+    char text[96];
+    std::snprintf(text, sizeof(text), "%s (%.3gB parameters)", o.model.c_str(),
+                  static_cast<double>(models::count_params(*s.model).total) / 1e9);
+    c.model = text;
+  }
   c.cost_source = s.costs.source;
   c.precision = o.precision;
   for (size_t l = 0; l < s.model->size(); ++l) c.layer_names.push_back(s.model->layer(l).name());

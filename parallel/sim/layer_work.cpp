@@ -237,20 +237,26 @@ LayerWork probe_layer(const graph::Model& model, size_t layer, DType compute) {
   return w;
 }
 
-std::vector<LayerWork> model_work(const graph::Model& model, const proto::ModelSpec& spec,
+std::vector<LayerWork> model_work(const graph::Model& model, const proto::ModelSpec* spec,
                                   const WorkOptions& options) {
-  STRATA_CHECK_EQ(static_cast<size_t>(spec.layer_size()), model.size())
-      << "model_work: the spec of " << spec.name() << " has " << spec.layer_size()
-      << " layers, the model " << model.size();
+  if (spec != nullptr) {
+    STRATA_CHECK_EQ(static_cast<size_t>(spec->layer_size()), model.size())
+        << "model_work: the spec of " << spec->name() << " has " << spec->layer_size()
+        << " layers, the model " << model.size();
+  }
   std::vector<LayerWork> work;
   for (size_t i = 0; i < model.size(); ++i) {
     const graph::Layer& layer = model.layer(i);
-    STRATA_CHECK_EQ(spec.layer(static_cast<int>(i)).name(), layer.name())
-        << "model_work: layer " << i << " of the spec is not the model's";
+    if (spec != nullptr) {
+      STRATA_CHECK_EQ(spec->layer(static_cast<int>(i)).name(), layer.name())
+          << "model_work: layer " << i << " of the spec is not the model's";
+    }
     LayerWork w;
     if (is_transformer_family(layer)) {
+      STRATA_CHECK(spec != nullptr) << "model_work: layer " << layer.name() << " (" << layer.type()
+                                    << ") needs the model's spec";
       fill_sizes(model, i, options.compute, &w);
-      transformer_formula(model, i, spec.layer(static_cast<int>(i)), options, &w);
+      transformer_formula(model, i, spec->layer(static_cast<int>(i)), options, &w);
     } else {
       if (options.probe) {
         w = probe_layer(model, i, options.compute);

@@ -82,8 +82,10 @@ struct WorkOptions {
 };
 
 // Every layer of `model`; `spec` (the ModelSpec it was built from) gives what the layers do not
-// expose (heads, dropout rates). Throws strata::Error when the spec does not describe the model.
-std::vector<LayerWork> model_work(const graph::Model& model, const proto::ModelSpec& spec,
+// expose (heads, dropout rates); it may be null for a model without transformer-family layers
+// (a model built in C++). Throws strata::Error when the spec does not describe the model, or
+// when a transformer-family layer has none.
+std::vector<LayerWork> model_work(const graph::Model& model, const proto::ModelSpec* spec,
                                   const WorkOptions& options);
 
 // The probe alone, for one layer (tests compare it with the formulas).

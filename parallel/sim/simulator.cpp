@@ -573,9 +573,9 @@ bool Engine::run_one(int r, const SimInstruction& in) {
     }
     case SimOp::kStepEnd: {
       Collective& bar = step_barrier[rk.step];
-      if (!rk.arrived) {
+      if (!rk.arrived) {  // after the step's own work outside the instructions
         bar.arrived += 1;
-        bar.latest = std::max(bar.latest, t0);
+        bar.latest = std::max(bar.latest, t0 + costs.step_overhead_s);
         rk.arrived = true;
       }
       if (bar.arrived < static_cast<int>(ranks.size())) return false;
@@ -586,7 +586,7 @@ bool Engine::run_one(int r, const SimInstruction& in) {
         bar.end = bar.latest + 2.0 * levels * (G * S > 1 ? far.latency_s : 0.0);
         step_release[rk.step] = bar.end;
       }
-      rk.clock = bar.end + costs.step_overhead_s;
+      rk.clock = bar.end;
       ++rk.step;
       break;
     }

@@ -52,7 +52,7 @@ TEST(SimMemory, TransformerFormulasEqualTheProbe) {
     std::unique_ptr<graph::Model> model = graph::build_model(spec);
     WorkOptions o;
     o.probe = false;
-    const std::vector<LayerWork> formula = model_work(*model, spec, o);
+    const std::vector<LayerWork> formula = model_work(*model, &spec, o);
     for (size_t i = 0; i < model->size(); ++i) {
       const LayerWork probe = probe_layer(*model, i, DType::kF32);
       SCOPED_TRACE(name + " layer " + model->layer(i).name());
@@ -108,7 +108,7 @@ Run train(const proto::ModelSpec& spec, std::shared_ptr<const io::Dataset> data,
 
 SimResult predict(const proto::ModelSpec& spec, const PipelineConfig& p, int64_t batch) {
   std::unique_ptr<graph::Model> model = graph::build_model(spec);
-  const std::vector<LayerWork> work = model_work(*model, spec, WorkOptions{});
+  const std::vector<LayerWork> work = model_work(*model, &spec, WorkOptions{});
   CostModel cm;
   for (const LayerWork& w : work) {
     LayerModel l;
