@@ -12,6 +12,7 @@
 #include "tools/convert_command.h"
 #include "tools/plan_command.h"
 #include "tools/profile_command.h"
+#include "tools/simulate_command.h"
 #include "tools/text_commands.h"
 #include "tools/train_command.h"
 
@@ -29,8 +30,9 @@ void print_valid_flags(const CLI::App& app) {
   const std::string cmd = target == &app ? "strata" : "strata " + target->get_name();
   std::fprintf(stderr, "valid flags for %s: %s\n", cmd.c_str(), flags.c_str());
   if (target == &app) {
-    std::fprintf(stderr,
-                 "commands: train, profile, plan, bench, prepare-text, tokenize, convert\n");
+    std::fprintf(
+        stderr,
+        "commands: train, profile, plan, simulate, bench, prepare-text, tokenize, convert\n");
   }
 }
 
@@ -54,6 +56,8 @@ int main(int argc, char** argv) {
   CLI::App* profile_cmd = strata::tools::add_profile_command(app, profile);
   strata::tools::PlanOptions plan;
   CLI::App* plan_cmd = strata::tools::add_plan_command(app, plan);
+  strata::tools::SimulateOptions simulate;
+  CLI::App* simulate_cmd = strata::tools::add_simulate_command(app, simulate);
   strata::tools::BenchOptions bench;
   CLI::App* bench_cmd = strata::tools::add_bench_command(app, bench);
   strata::tools::PrepareTextOptions prepare_text;
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
     if (*train_cmd) return strata::tools::run_train(train);
     if (*profile_cmd) return strata::tools::run_profile(profile);
     if (*plan_cmd) return strata::tools::run_plan(plan);
+    if (*simulate_cmd) return strata::tools::run_simulate(simulate);
     if (*bench_cmd) return strata::tools::run_bench(bench);
     if (*prepare_text_cmd) return strata::tools::run_prepare_text(prepare_text);
     if (*tokenize_cmd) return strata::tools::run_tokenize(tokenize);
