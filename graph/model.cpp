@@ -109,7 +109,8 @@ TensorList Model::forward(ExecContext& ctx, size_t begin, size_t end, const Tens
       x = layers_[i]->forward(ctx, x, t);
     } catch (const OutOfMemoryError& e) {
       throw OutOfMemoryError("forward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
-                             ", input " + shape_str(t.input_shape) + "): " + e.what());
+                                 ", input " + shape_str(t.input_shape) + "): " + e.message(),
+                             e.where());
     }
     if (profiler != nullptr) {
       size_t out_bytes = 0;
@@ -139,7 +140,8 @@ TensorList Model::backward(ExecContext& ctx, size_t begin, size_t end,
       grads = layers_[i]->backward(ctx, grads, t);
     } catch (const OutOfMemoryError& e) {
       throw OutOfMemoryError("backward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
-                             ", input " + shape_str(t.input_shape) + "): " + e.what());
+                                 ", input " + shape_str(t.input_shape) + "): " + e.message(),
+                             e.where());
     }
     t.clear();  // the saved tensors are no longer needed
     if (profiler != nullptr) {

@@ -248,7 +248,9 @@ void Executor::post_receives(const Program& program, size_t from, MicroBatchSour
     } catch (const OutOfMemoryError& e) {
       const MicroBatchSource::Info info = source.info(in.micro_batch);
       throw OutOfMemoryError(describe(in) + " (step " + std::to_string(info.step + 1) + ", " +
-                             std::to_string(info.rows) + " rows), receive buffer: " + e.what());
+                                 std::to_string(info.rows) +
+                                 " rows), receive buffer: " + e.message(),
+                             e.where());
     }
   }
 }
@@ -613,7 +615,7 @@ void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStat
       where +=
           " (step " + std::to_string(info.step + 1) + ", " + std::to_string(info.rows) + " rows)";
     }
-    throw OutOfMemoryError(where + ": " + e.what());
+    throw OutOfMemoryError(where + ": " + e.message(), e.where());
   }
 }
 
