@@ -292,7 +292,7 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   std::unique_ptr<io::JsonlWriter> metrics;
   std::unique_ptr<ConsoleReporter> reporter;
   if (rank == 0) {
-    metrics = std::make_unique<io::JsonlWriter>(o.metrics);
+    metrics = for_flag("--metrics", [&] { return std::make_unique<io::JsonlWriter>(o.metrics); });
     const bool live = o.progress == "on" || (o.progress == "auto" && isatty(fileno(stdout)));
     reporter =
         std::make_unique<ConsoleReporter>(stdout, metrics.get(), o.steps > 0 ? 0 : o.epochs, live);

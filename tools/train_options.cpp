@@ -2,6 +2,7 @@
 // they do is in train_command.cpp.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "engine/allocator.h"
 #include "engine/check.h"
@@ -204,6 +205,15 @@ void check_train_flags(const TrainOptions& o) {
   if (!o.mem_limit.empty()) {
     for_flag("--mem-limit", [&] { return parse_bytes(o.mem_limit); });
   }
+  // Files that must be there.
+  namespace fs = std::filesystem;
+  STRATA_CHECK(o.model_spec.empty() || fs::is_regular_file(o.model_spec))
+      << "--model-spec " << o.model_spec << ": no such file (a ModelSpec .prototxt)";
+  STRATA_CHECK(o.init_weights.empty() || fs::is_regular_file(o.init_weights))
+      << "--init-weights " << o.init_weights << ": no such file (a safetensors file)";
+  STRATA_CHECK(o.profile.empty() || fs::is_regular_file(o.profile))
+      << "--profile " << o.profile << ": no such file (write one with `strata profile --output "
+      << o.profile << "`)";
   // Ranges.
   STRATA_CHECK(o.steps >= 0) << "--steps must be >= 0 (0 = train for --epochs), got " << o.steps;
   STRATA_CHECK(o.steps > 0 || o.epochs >= 1)

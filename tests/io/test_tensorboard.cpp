@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/check.h"
 #include "engine/crc32c.h"
 #include "testing/event_file.h"
 

@@ -4,9 +4,13 @@
 // pipeline, and plot.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -71,8 +75,19 @@ class Gpt2OnBrown : public ::testing::Test {
 std::string* Gpt2OnBrown::dir_ = nullptr;
 CliResult* Gpt2OnBrown::train_ = nullptr;
 
-// stdout only (the statistics line goes to stderr).
-CliResult generate(const std::string& args) { return run_cli("generate " + args + " 2>/dev/null"); }
+// `strata generate ARGS` with its stdout alone as the output (the statistics go to stderr).
+CliResult generate(const std::string& args) {
+  const std::string cmd = std::string(STRATA_CLI_PATH) + " generate " + args + " 2>/dev/null";
+  CliResult r{-1, ""};
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
 
 TEST_F(Gpt2OnBrown, GenerateWithTheCacheEqualsWithout) {
   const std::string w = " --weights " + *dir_ +
