@@ -1,5 +1,6 @@
 #include "tools/common.h"
 
+#include <cctype>
 #include <cstdio>
 #include <sstream>
 #include <thread>
@@ -65,6 +66,17 @@ std::unique_ptr<graph::Model> build_cli_model(const std::string& model, const st
       << "model '" << m->name() << "' takes samples of shape " << shape_str(m->input_shape())
       << " but dataset " << data.name() << " has " << shape_str(data.input_spec().shape);
   return m;
+}
+
+bool names_flag(const std::string& text, const std::string& flag) {
+  for (size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1)) {
+    const size_t end = at + flag.size();
+    if (end == text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) ||
+                                text[end] == '-' || text[end] == '_')) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void print_error(const std::exception& e) {

@@ -29,6 +29,8 @@ std::unique_ptr<graph::Model> build_cli_model(const std::string& model, const st
 // "error: <the sentence>" on stderr, after flushing stdout; with --log-level debug, also the
 // engine's location of a strata::Error ("  at trainer.cpp:167: check failed: ...").
 void print_error(const std::exception& e);
+// True when `text` names `flag` itself ("--model ", "--model:"), not a longer one ("--model-spec").
+bool names_flag(const std::string& text, const std::string& flag);
 // Runs `f`; a strata::Error from it that does not name `flag` is rethrown with "FLAG: " before
 // its sentence, so that a value the library refuses ("unknown optimizer 'adam'") names the flag
 // the user gave it with.
@@ -39,7 +41,7 @@ auto for_flag(const std::string& flag, F&& f) -> decltype(f()) {
   } catch (const OutOfMemoryError&) {
     throw;
   } catch (const Error& e) {
-    if (e.message().find(flag) != std::string::npos) throw;
+    if (names_flag(e.message(), flag)) throw;
     throw Error(flag + ": " + e.message(), e.where());
   }
 }
