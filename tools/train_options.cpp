@@ -257,7 +257,7 @@ void check_train_flags(const TrainOptions& o) {
   STRATA_CHECK(o.sample_every >= 0) << "--sample-every must be >= 0, got " << o.sample_every;
   STRATA_CHECK(o.sample_tokens >= 1) << "--sample-tokens must be >= 1, got " << o.sample_tokens;
   STRATA_CHECK(o.save_every == 0 || !o.checkpoint_dir.empty())
-      << "--save-every " << o.save_every << " needs --checkpoint-dir (where to write them)";
+      << "--save-every needs --checkpoint-dir (where to write the checkpoints)";
   STRATA_CHECK(o.resume != "auto" || !o.checkpoint_dir.empty())
       << "--resume auto needs --checkpoint-dir (where to look, and to write)";
 }
