@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -51,7 +52,9 @@ class Gpt2OnBrown : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!have_brown()) return;
-    dir_ = new std::string(strata::testing::fresh_temp_dir("strata_user_tools_gpt2"));
+    // ctest runs each test in a process of its own, two at a time: a directory per process.
+    dir_ = new std::string(
+        strata::testing::fresh_temp_dir("strata_user_tools_gpt2_" + std::to_string(getpid())));
     const std::string common =
         " --model gpt2 --size tiny --dataset brown --seq-len 32 --batch-size 4 --train-samples 64 "
         "--test-samples 16 --threads 1 --workers 0 --progress off --seed 3";
@@ -220,7 +223,8 @@ TEST_F(Gpt2OnBrown, PlotOverlaysRuns) {
 
 TEST(UserToolsCli, EvalOfAnImageModelEqualsTheLoggedEvaluation) {
   if (!std::filesystem::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "no Fashion-MNIST";
-  const std::string dir = strata::testing::fresh_temp_dir("strata_user_tools_mlp");
+  const std::string dir =
+      strata::testing::fresh_temp_dir("strata_user_tools_mlp_" + std::to_string(getpid()));
   CliResult r = run_cli(
       "train --model mlp --steps 3 --eval-every 3 --batch-size 32 --train-samples 256 "
       "--test-samples 300 --eval-batch-size 128 --threads 1 --progress off --checkpoint-dir " +
