@@ -12,7 +12,7 @@ foreach(dir engine ops graph parallel io models)
     FILES_MATCHING PATTERN "*.h" PATTERN "*.cuh")
 endforeach()
 install(FILES strata.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata)
-install(FILES ${PROJECT_BINARY_DIR}/io/proto/strata.pb.h
+install(FILES ${PROJECT_BINARY_DIR}/io/proto/strata.pb.h ${PROJECT_BINARY_DIR}/io/proto/tensorboard.pb.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/io/proto)
 if(TARGET strata_cli)
   install(TARGETS strata_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

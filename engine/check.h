@@ -1,7 +1,11 @@
 // Errors and checks.
 //
-// Every failure in Strata becomes a strata::Error whose message carries the rank, file:line, the
-// failing expression and a human explanation. STRATA_CHECK is never compiled out.
+// Every failure in Strata becomes a strata::Error in two parts: message(), a sentence about what
+// the caller gave (naming the flag, file, tensor or rank, prefixed by the rank in a world of
+// several), and where(), the engine's file:line, the failing expression and its operands. what()
+// holds both. The CLI prints message() and shows where() only with --log-level debug: a user
+// reads about their input, a bug report still gets the location. STRATA_CHECK is never compiled
+// out.
 //
 //   STRATA_CHECK(x.dim() == 2) << "linear: input must be (N, K), got " << x.shape_str();
 //   STRATA_CHECK_EQ(a.size(1), b.size(0)) << "matmul: inner dimensions differ";
@@ -20,17 +24,36 @@
 
 namespace strata {
 
-// The one exception type of the library. `what()` is the full message, ready to print.
+// The one exception type of the library. `what()` is message() followed by " [at " where() "]"
+// when there is a location, ready to print.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message, const std::string& where = "")
+      : std::runtime_error(where.empty() ? message : message + " [at " + where + "]"),
+        message_(message),
+        where_(where) {}
+  // The sentence for whoever gave the input ("[rank 1] --lr must be >= 0, got -1").
+  const std::string& message() const { return message_; }
+  // Where the engine raised it ("trainer.cpp:167: check failed: lr >= 0 (-1 >= 0)"); empty for
+  // errors made from a message alone.
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string message_, where_;
 };
 
 // An allocation past a device's limit (or one the system refused).
 class OutOfMemoryError : public Error {
  public:
-  explicit OutOfMemoryError(const std::string& message) : Error(message) {}
+  explicit OutOfMemoryError(const std::string& message, const std::string& where = "")
+      : Error(message, where) {}
 };
+
+// The sentence of any exception: message() of a strata::Error, else what(). Code that wraps an
+// error in context uses it (and error_where) so that the location does not end up in the
+// sentence.
+std::string error_message(const std::exception& e);
+std::string error_where(const std::exception& e);
 
 namespace detail {
 
@@ -38,17 +61,24 @@ namespace detail {
 class CheckMessage {
  public:
   CheckMessage(const char* file, int line, const char* expression);
+  // The operands of a comparison check, "(3 >= 4)": part of where(), not of the sentence.
+  CheckMessage& operands(const std::string& text) {
+    operands_ = text;
+    return *this;
+  }
   template <typename T>
   CheckMessage& operator<<(const T& value) {
     stream_ << value;
     return *this;
   }
-  std::string str() const;
+  std::string message() const;  // the rank prefix and the text streamed in
+  std::string where() const;    // file:line: check failed: expression (operands)
 
  private:
   const char* file_;
   int line_;
   const char* expression_;
+  std::string operands_;
   std::ostringstream stream_;
 };
 
@@ -60,7 +90,7 @@ struct Thrower {
 template <typename A, typename B>
 std::string format_operands(const char* op, const A& a, const B& b) {
   std::ostringstream s;
-  s << "(" << a << " " << op << " " << b << ") ";
+  s << "(" << a << " " << op << " " << b << ")";
   return s.str();
 }
 
@@ -77,7 +107,7 @@ std::string format_operands(const char* op, const A& a, const B& b) {
   } else                                                                      \
     ::strata::detail::Thrower() &                                             \
         ::strata::detail::CheckMessage(__FILE__, __LINE__, #a " " #op " " #b) \
-            << ::strata::detail::format_operands(#op, (a), (b))
+            .operands(::strata::detail::format_operands(#op, (a), (b)))
 
 #define STRATA_CHECK_EQ(a, b) STRATA_CHECK_OP_(a, b, ==)
 #define STRATA_CHECK_NE(a, b) STRATA_CHECK_OP_(a, b, !=)

@@ -69,20 +69,39 @@ std::string log_prefix() {
   return s + "] ";
 }
 
+std::string error_message(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const Error*>(&e)) return error->message();
+  return e.what();
+}
+
+std::string error_where(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const Error*>(&e)) return error->where();
+  return "";
+}
+
 namespace detail {
 
 CheckMessage::CheckMessage(const char* file, int line, const char* expression)
     : file_(file), line_(line), expression_(expression) {}
 
-std::string CheckMessage::str() const {
+std::string CheckMessage::where() const {
   std::ostringstream s;
-  s << log_prefix() << basename_of(file_) << ":" << line_ << ": ";
-  if (expression_ != nullptr) s << "check failed: " << expression_ << ": ";
-  s << stream_.str();
+  s << basename_of(file_) << ":" << line_;
+  if (expression_ != nullptr) s << ": check failed: " << expression_;
+  if (!operands_.empty()) s << " " << operands_;
   return s.str();
 }
 
-void Thrower::operator&(const CheckMessage& message) const { throw Error(message.str()); }
+std::string CheckMessage::message() const {
+  const std::string text = stream_.str();
+  // A check without a message is an internal one: its expression is all there is to say.
+  if (text.empty()) return log_prefix() + "internal error: " + where();
+  return log_prefix() + text;
+}
+
+void Thrower::operator&(const CheckMessage& message) const {
+  throw Error(message.message(), message.where());
+}
 
 LogLine::LogLine(LogLevel level, const char* file, int line) : level_(level) {
   static const char kLetters[] = {'D', 'I', 'W', 'E'};

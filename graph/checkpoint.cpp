@@ -576,7 +576,7 @@ std::optional<CheckpointRef> find_latest_checkpoint(const std::string& root) {
       }
       return ref;
     } catch (const CheckpointError& e) {
-      STRATA_LOG(WARN) << "skipping " << ref.path << ": " << e.what();
+      STRATA_LOG(WARN) << "skipping " << ref.path << ": " << e.message();
     }
   }
   return std::nullopt;

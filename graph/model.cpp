@@ -125,7 +125,8 @@ TensorList Model::forward_layer(ExecContext& ctx, size_t i, const TensorList& in
     y = layers_[i]->forward(ctx, inputs, t);
   } catch (const OutOfMemoryError& e) {
     throw OutOfMemoryError("forward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
-                           ", input " + shape_str(t.input_shape) + "): " + e.what());
+                               ", input " + shape_str(t.input_shape) + "): " + e.message(),
+                           e.where());
   }
   if (profiler != nullptr) {
     LayerProfiler::ForwardSample sample;
@@ -166,7 +167,8 @@ TensorList Model::backward_layer(ExecContext& ctx, size_t i, const TensorList& g
     grads = layers_[i]->backward(ctx, grad_outputs, t);
   } catch (const OutOfMemoryError& e) {
     throw OutOfMemoryError("backward of layer " + layers_[i]->name() + " (" + layers_[i]->type() +
-                           ", input " + shape_str(t.input_shape) + "): " + e.what());
+                               ", input " + shape_str(t.input_shape) + "): " + e.message(),
+                           e.where());
   }
   t.clear();  // the saved tensors are no longer needed
   if (profiler != nullptr) {

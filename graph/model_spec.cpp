@@ -191,7 +191,7 @@ std::unique_ptr<Model> build_model(const proto::ModelSpec& spec) {
       model->add(make_layer(i, layer, model->output_specs()));
     } catch (const Error& e) {
       STRATA_THROW() << "model spec '" << model_name << "', " << layer_label(i, layer) << ": "
-                     << e.what();
+                     << e.message();
     }
   }
   return model;

@@ -43,6 +43,7 @@
 #include "graph/transformer.h"
 
 #include "engine/check.h"
+#include "graph/decoding.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"
@@ -166,7 +167,7 @@ const Tensor& first_grad(const Layer& layer, const TensorList& grads) {
 
 // ---- transformer block -------------------------------------------------------------------------
 
-class TransformerBlock final : public Layer {
+class TransformerBlock final : public Layer, public CachedLayer {
  public:
   TransformerBlock(std::string name, int64_t width, const proto::TransformerBlockSpec& spec)
       : Layer(std::move(name)),
@@ -225,6 +226,26 @@ class TransformerBlock final : public Layer {
     }
     if (!mask.defined()) return {y};
     return {y, mask};
+  }
+
+  // GPT-2's block on new positions (graph/decoding.h): the pre-norm forward with the attention
+  // over the cached keys and values, in evaluation mode.
+  TensorList forward_cached(ExecContext& ctx, const TensorList& inputs,
+                            LayerCache& cache) override {
+    check_hidden(*this, inputs, width_);
+    STRATA_CHECK(pre_norm_ && causal_ && inputs.size() == 1)
+        << label(*this) << ": decoding token by token needs a causal pre-norm block (GPT-2's) "
+        << "without a padding mask";
+    LayerTape tape;  // evaluation: no dropout; the saved tensors are dropped with it
+    tape.training = false;
+    tape.saved.assign(kNumSaved, Tensor());
+    const Tensor& x = inputs[0];
+    Tensor q, k, v;
+    project_qkv(ctx, norm(ctx, x, 0, tape), &q, &k, &v);
+    const Tensor a = ops::linear_forward(ctx, merge_heads(ctx, attend_cached(ctx, q, k, v, cache)),
+                                         param(kAttnProjWeight), param(kAttnProjBias));
+    const Tensor x2 = ops::add(ctx, x, a);
+    return {ops::add(ctx, x2, mlp(ctx, norm(ctx, x2, 1, tape), tape))};
   }
 
   TensorList backward(ExecContext& ctx, const TensorList& grad_outputs, LayerTape& tape) override {
@@ -331,13 +352,19 @@ class TransformerBlock final : public Layer {
     return ops::permute_copy(ctx, t.view({t.size(0), t.size(1), heads_, head_dim()}), {0, 2, 1, 3});
   }
 
-  Tensor attention(ExecContext& ctx, const Tensor& h, const Tensor& mask, LayerTape& tape) const {
+  // q, k, v (B, H, T, D) from c_attn(h).
+  void project_qkv(ExecContext& ctx, const Tensor& h, Tensor* q, Tensor* k, Tensor* v) const {
     const int64_t b = h.size(0), t = h.size(1);
     const Tensor qkv = ops::linear_forward(ctx, h, param(kQkvWeight), param(kQkvBias));
     const Tensor parts = qkv.view({b, t, 3, heads_, head_dim()});  // (B, T, 3, H, D)
-    const Tensor q = ops::permute_copy(ctx, parts.select(2, 0), {0, 2, 1, 3});
-    const Tensor k = ops::permute_copy(ctx, parts.select(2, 1), {0, 2, 1, 3});
-    const Tensor v = ops::permute_copy(ctx, parts.select(2, 2), {0, 2, 1, 3});
+    *q = ops::permute_copy(ctx, parts.select(2, 0), {0, 2, 1, 3});
+    *k = ops::permute_copy(ctx, parts.select(2, 1), {0, 2, 1, 3});
+    *v = ops::permute_copy(ctx, parts.select(2, 2), {0, 2, 1, 3});
+  }
+
+  Tensor attention(ExecContext& ctx, const Tensor& h, const Tensor& mask, LayerTape& tape) const {
+    Tensor q, k, v;
+    project_qkv(ctx, h, &q, &k, &v);
     ops::AttentionResult r = ops::attention_forward(ctx, q, k, v, mask, attention_options());
     const Dropped merged =
         dropout(ctx, merge_heads(ctx, r.out), attention_dropout_, tape, kAttnDropStream);
@@ -408,7 +435,7 @@ class TransformerBlock final : public Layer {
 
 // ---- GPT-2 token + position embedding ----------------------------------------------------------
 
-class TokenEmbedding final : public Layer {
+class TokenEmbedding final : public Layer, public CachedLayer {
  public:
   TokenEmbedding(std::string name, const proto::TokenEmbeddingSpec& spec)
       : Layer(std::move(name)),
@@ -450,6 +477,20 @@ class TokenEmbedding final : public Layer {
     tape.save(ids);       // 0: token ids (B, T)
     tape.save(out.mask);  // 1: dropout mask (undefined when off)
     return {out.y};
+  }
+
+  // Token ids (B, T) at positions [cache.position, cache.position + T).
+  TensorList forward_cached(ExecContext& ctx, const TensorList& inputs,
+                            LayerCache& cache) override {
+    const Tensor& ids = single_input(inputs);
+    STRATA_CHECK_EQ(ids.dim(), 2) << label(*this) << " expects token ids (B, T), got "
+                                  << ids.shape_str();
+    const int64_t t = ids.size(1);
+    STRATA_CHECK(t > 0 && cache.position + t <= positions_)
+        << label(*this) << " has " << positions_ << " positions; positions " << cache.position
+        << ".." << cache.position + t - 1 << " are past them";
+    return {ops::add(ctx, ops::embedding_forward(ctx, ids, param(0)),
+                     param(1).narrow(0, cache.position, t))};
   }
 
   TensorList backward(ExecContext& ctx, const TensorList& grad_outputs, LayerTape& tape) override {
@@ -566,7 +607,7 @@ class BertEmbedding final : public Layer {
 // ---- heads -------------------------------------------------------------------------------------
 
 // GPT-2's head: logits = ln_f(h) W^T with W (V, C), usually the token embedding.
-class LmHead final : public Layer {
+class LmHead final : public Layer, public CachedLayer {
  public:
   LmHead(std::string name, int64_t width, const proto::LmHeadSpec& spec)
       : Layer(std::move(name)),
@@ -605,6 +646,13 @@ class LmHead final : public Layer {
     tape.save(n.y);                                              // 3: ln_f's output
     tape.save(inputs.size() == 2 ? inputs[1] : Tensor());        // 4: the mask, if given
     return {ops::linear_forward(ctx, n.y, param(2), Tensor())};  // (B, T, V)
+  }
+
+  // Position-wise: the forward of the new positions.
+  TensorList forward_cached(ExecContext& ctx, const TensorList& inputs, LayerCache&) override {
+    LayerTape tape;
+    tape.training = false;
+    return forward(ctx, inputs, tape);
   }
 
   TensorList backward(ExecContext& ctx, const TensorList& grad_outputs, LayerTape& tape) override {

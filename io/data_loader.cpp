@@ -28,9 +28,9 @@ std::exception_ptr wrap_error(const std::string& context, std::exception_ptr err
   try {
     std::rethrow_exception(error);
   } catch (const OutOfMemoryError& e) {
-    return std::make_exception_ptr(OutOfMemoryError(context + ": " + e.what()));
+    return std::make_exception_ptr(OutOfMemoryError(context + ": " + e.message(), e.where()));
   } catch (const std::exception& e) {
-    return std::make_exception_ptr(Error(context + ": " + e.what()));
+    return std::make_exception_ptr(Error(context + ": " + error_message(e), error_where(e)));
   } catch (...) {
     return std::make_exception_ptr(Error(context + ": unknown exception"));
   }

@@ -178,14 +178,14 @@ void ImageFolderDataset::get_in_epoch(int64_t epoch, int64_t index, void* input,
     } catch (const Error& e) {
       const std::string& cls = classes_[static_cast<size_t>(labels_[static_cast<size_t>(j)])];
       if (!options_.skip_bad_samples) {
-        STRATA_THROW() << name_ << ": sample " << j << " (class '" << cls << "'): " << e.what()
+        STRATA_THROW() << name_ << ": sample " << j << " (class '" << cls << "'): " << e.message()
                        << ". Pass --skip-bad-samples (ImageFolderOptions::skip_bad_samples) to "
                        << "replace unreadable files by the next readable one";
       }
       if (bad.exchange(1) == 0) {
         skipped_.fetch_add(1);
         STRATA_LOG(WARN) << name_ << ": skipping unreadable sample " << j << " (class '" << cls
-                         << "'), replaced by the next readable file: " << e.what();
+                         << "'), replaced by the next readable file: " << e.message();
       }
       continue;
     }

@@ -164,7 +164,7 @@ std::shared_ptr<const TokenSource> open_token_shard_dir(const std::string& name,
   try {
     paths = find_token_shards(dir, prefix);
   } catch (const Error& e) {
-    STRATA_THROW() << name << ": " << e.what()
+    STRATA_THROW() << name << ": " << e.message()
                    << ". Pass --data-dir with a directory of llm.c token shards, e.g. one made by "
                    << "`strata prepare-text --output-dir DIR`";
   }

@@ -56,9 +56,8 @@ proto::ModelSpec bert_spec(const ModelRequest& request) {
         << shape_str(request.input_shape);
     seq = request.input_shape[1];
     STRATA_CHECK(seq > 0 && seq <= d.positions)
-        << "model bert " << request.size << " has " << d.positions << " positions; samples of "
-        << seq << " tokens are longer (use --seq-len " << d.positions
-        << " or less, or a larger --size)";
+        << "model bert " << request.size << " has " << d.positions << " positions; --seq-len "
+        << seq << " is longer (use --seq-len " << d.positions << " or less, or a larger --size)";
   }
 
   proto::ModelSpec spec;

@@ -55,9 +55,8 @@ proto::ModelSpec gpt2_spec(const ModelRequest& request) {
         << "model gpt2 needs token samples (T,), got " << shape_str(request.input_shape);
     seq = request.input_shape[0];
     STRATA_CHECK(seq > 0 && seq <= d.positions)
-        << "model gpt2 " << request.size << " has " << d.positions << " positions; samples of "
-        << seq << " tokens are longer (use --seq-len " << d.positions
-        << " or less, or a larger --size)";
+        << "model gpt2 " << request.size << " has " << d.positions << " positions; --seq-len "
+        << seq << " is longer (use --seq-len " << d.positions << " or less, or a larger --size)";
   }
 
   proto::ModelSpec spec;

@@ -139,7 +139,7 @@ WeightNaming detect_weight_naming(const std::string& path, const graph::Model& m
       return parse_weight_naming(it->second);
     } catch (const Error& e) {
       STRATA_THROW() << "safetensors file " << path << ": metadata " << kWeightsNamingKey << ": "
-                     << e.what();
+                     << e.message();
     }
   }
   const int64_t hf = match(file, weight_map(model, WeightNaming::kHuggingFace)).known;

@@ -22,7 +22,7 @@ std::string capture(F&& body) {
     body();
     return "";
   } catch (const std::exception& e) {
-    const std::string m = e.what();
+    const std::string m = error_message(e);
     return m.empty() ? "unknown error" : m;
   }
 }

@@ -646,6 +646,9 @@ TrainSummary Trainer::run() {
       if (rank_ == 0 && observer_ != nullptr) observer_->on_eval(*summary.last_eval);
     }
     summary.steps = step + 1;
+    if (observer_ != nullptr) {
+      observer_->on_rank_step({step + 1, rank_, group_, stage_, stats.busy_seconds, dt});
+    }
 
     // Requests from outside (signals), agreed on by every rank.
     bool stop = false, save_requested = false;

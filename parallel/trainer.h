@@ -160,12 +160,25 @@ struct StageReport {
   double max_micro_batches = 0.0;
 };
 
+// One rank's part of a step (TrainObserver::on_rank_step).
+struct RankStepRecord {
+  int64_t step = 0;  // optimizer steps done
+  int rank = 0, group = 0, stage = 0;
+  double busy_seconds = 0.0;  // this rank's compute instructions in the step
+  double wall_seconds = 0.0;  // the step, from its start to the end of its metrics' sum
+};
+
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
   virtual void on_step(const StepRecord& record) {}  // after every step (progress display)
   virtual void on_log(const StepRecord& record) {}   // every log_every steps and the last
   virtual void on_eval(const EvalRecord& record) {}
+  // On every rank that has an observer (the others above: rank 0 only), after every step, once
+  // its update, log record and evaluation are done and before its checkpoint. Every rank calls it
+  // at the same steps, so an observer may run collectives on a communicator of its own (made
+  // before the Trainer): per-rank metrics, text samples from a pipeline's stages.
+  virtual void on_rank_step(const RankStepRecord& record) {}
 };
 
 struct TrainSummary {
@@ -198,7 +211,8 @@ class Trainer {
   // stage world->rank() % S) with parameters initialized from config.seed, or loaded from
   // config.init_weights. `world` has
   // groups * stages ranks; null for a single process. `test` may be null (no evaluation).
-  // `observer` is called on world rank 0 only. The context's allocator holds the stage.
+  // `observer` is called on world rank 0 only, but for on_rank_step (every rank that has one).
+  // The context's allocator holds the stage.
   // With config.checkpoint.resume, the constructor also loads the checkpoint (collective).
   Trainer(ExecContext& ctx, const proto::ModelSpec& spec, std::shared_ptr<const io::Dataset> train,
           std::shared_ptr<const io::Dataset> test, const TrainConfig& config,

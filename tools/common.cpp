@@ -1,11 +1,13 @@
 #include "tools/common.h"
 
+#include <cctype>
 #include <cstdio>
 #include <sstream>
 #include <thread>
 
 #include "engine/check.h"
 #include "engine/cuda_runtime.h"
+#include "engine/log.h"
 #include "graph/model_spec.h"
 #include "models/registry.h"
 #include "ops/dispatch.h"
@@ -18,9 +20,11 @@ namespace strata::tools {
 
 Device resolve_device(const std::string& text) {
   if (text != "auto") {
-    const Device d = parse_device(text);
-    check_device_available(d);
-    return d;
+    return for_flag("--device", [&] {
+      const Device d = parse_device(text);
+      check_device_available(d);
+      return d;
+    });
   }
   const int gpus = cuda_device_count();
   if (gpus > 0 && ops::has_kernels_for(DeviceType::kCUDA)) return Device::cuda(0);
@@ -62,6 +66,27 @@ std::unique_ptr<graph::Model> build_cli_model(const std::string& model, const st
       << "model '" << m->name() << "' takes samples of shape " << shape_str(m->input_shape())
       << " but dataset " << data.name() << " has " << shape_str(data.input_spec().shape);
   return m;
+}
+
+bool names_flag(const std::string& text, const std::string& flag) {
+  for (size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1)) {
+    const size_t end = at + flag.size();
+    if (end == text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) ||
+                                text[end] == '-' || text[end] == '_')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void print_error(const std::exception& e) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "\nerror: %s\n", error_message(e).c_str());
+  const std::string where = error_where(e);
+  if (!where.empty() && log_level() == LogLevel::kDebug) {
+    std::fprintf(stderr, "  at %s\n", where.c_str());
+  }
+  std::fflush(stderr);
 }
 
 void print_table(const std::vector<std::pair<std::string, std::string>>& rows) {

@@ -24,6 +24,7 @@
 #include "models/weight_files.h"
 #include "parallel/checkpointing.h"
 #include "tools/common.h"
+#include "tools/weights_source.h"
 
 namespace strata::tools {
 
@@ -78,95 +79,6 @@ CLI::App* add_convert_command(CLI::App& app, ConvertOptions& o) {
 
 namespace {
 
-Shape parse_input_shape(const std::string& text) {
-  Shape shape;
-  std::stringstream s(text);
-  std::string part;
-  while (std::getline(s, part, ',')) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    STRATA_CHECK(used == part.size() && !part.empty() && v > 0)
-        << "--input-shape '" << text << "': expected positive integers C,H,W, e.g. 3,224,224";
-    shape.push_back(v);
-  }
-  STRATA_CHECK_EQ(shape.size(), 3u)
-      << "--input-shape '" << text << "': expected three dimensions C,H,W";
-  return shape;
-}
-
-bool is_text_model(const std::string& name) { return name == "gpt2" || name == "bert"; }
-
-// The model of the flags, or the one the input's metadata records.
-proto::ModelSpec convert_spec(const ConvertOptions& o, const io::SafetensorsReader* input,
-                              const graph::CheckpointRef* checkpoint,
-                              const proto::CheckpointManifest* manifest) {
-  if (!o.model_spec.empty()) return graph::load_model_spec(o.model_spec);
-  if (!o.model.empty()) {
-    models::ModelRequest r;
-    r.name = o.model;
-    r.size = o.size;
-    r.num_classes = o.num_classes;
-    if (!is_text_model(o.model)) {
-      r.input_shape = o.input_shape.empty() ? Shape{3, 224, 224} : parse_input_shape(o.input_shape);
-      if (r.num_classes == 0) r.num_classes = 1000;
-    } else {
-      STRATA_CHECK(o.input_shape.empty())
-          << "--input-shape is for image models; " << o.model << " takes tokens";
-    }
-    return models::model_spec(r);
-  }
-  if (checkpoint != nullptr) {
-    STRATA_CHECK(manifest->has_model())
-        << "--input checkpoint " << checkpoint->path
-        << " records no model in its manifest; give --model (with --size) or --model-spec";
-    return manifest->model();
-  }
-  STRATA_CHECK(input != nullptr) << "strata convert needs a model: --model (with --size) or "
-                                    "--model-spec, or an --input written by Strata";
-  const auto it = input->metadata().find(models::kWeightsModelSpecKey);
-  STRATA_CHECK(it != input->metadata().end())
-      << "--input " << input->path() << " records no model (no " << models::kWeightsModelSpecKey
-      << " metadata: not written by strata convert); give --model (with --size) or --model-spec";
-  return graph::parse_model_spec(
-      it->second, input->path() + " (metadata " + models::kWeightsModelSpecKey + ")");
-}
-
-std::string describe_report(const std::string& path, const models::WeightsReadReport& r) {
-  std::string s = path + " (" + models::weight_naming_name(r.naming) + " names, " +
-                  std::to_string(r.tensors_loaded) + " tensors read";
-  if (!r.converted.empty()) {
-    s += "; " + std::to_string(r.converted.size()) + " converted to f32, e.g. " + r.converted[0];
-  }
-  if (!r.ignored.empty()) {
-    s += "; " + std::to_string(r.ignored.size()) + " ignored, e.g. " + r.ignored[0];
-  }
-  if (!r.extra.empty()) {
-    s += "; --ignore-extra skipped " + std::to_string(r.extra.size()) + ":";
-    for (const std::string& n : r.extra) s += " " + n;
-  }
-  return s + ")";
-}
-
-// The checkpoint an --input directory names: DIR itself (it has a manifest) or the newest complete
-// checkpoint under DIR.
-graph::CheckpointRef input_checkpoint(const std::string& dir) {
-  if (std::filesystem::exists(dir + "/manifest.pb")) {
-    return {dir, graph::check_checkpoint(dir).step()};
-  }
-  const std::optional<graph::CheckpointRef> latest = graph::find_latest_checkpoint(dir);
-  if (!latest) {
-    throw graph::CheckpointError("--input " + dir +
-                                 " is a directory without a complete checkpoint (a manifest.pb, "
-                                 "or step-NNNNNN/ directories with one)");
-  }
-  return *latest;
-}
-
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm tm{};
@@ -220,43 +132,33 @@ int run_convert(const ConvertOptions& o) {
   STRATA_CHECK(!o.output.empty() || !o.output_checkpoint.empty())
       << "strata convert needs --output (a safetensors file) or --output-checkpoint (a "
          "checkpoint directory)";
-  // A directory --input is a training checkpoint: its manifest gives the model, its layer files
-  // the values (checked: sizes, shapes, checksums).
-  std::optional<graph::CheckpointRef> checkpoint;
-  proto::CheckpointManifest manifest;
-  std::unique_ptr<io::SafetensorsReader> input;
-  if (!o.input.empty() && std::filesystem::is_directory(o.input)) {
-    checkpoint = input_checkpoint(o.input);
-    manifest = graph::read_manifest(checkpoint->path);
-  } else if (!o.input.empty()) {
-    input = std::make_unique<io::SafetensorsReader>(o.input);
-  }
-  const proto::ModelSpec spec =
-      convert_spec(o, input.get(), checkpoint ? &*checkpoint : nullptr, &manifest);
-  const std::unique_ptr<graph::Model> model = graph::build_model(spec);
-  graph::ParamStore store(*model, 0, model->size(), default_cpu_allocator());
-  store.initialize(o.seed);
-  std::string source = "initialization, seed " + std::to_string(o.seed);
-  if (checkpoint) {
-    parallel::load_checkpoint(nullptr, checkpoint->path, *model, store, {});
-    source = "checkpoint " + checkpoint->path + " (step " + std::to_string(checkpoint->step) +
-             ", " + std::to_string(manifest.tensor_size()) + " tensors in it)";
-  } else if (input != nullptr) {
-    models::WeightsReadOptions read;
-    if (o.input_format != "auto") read.naming = models::parse_weight_naming(o.input_format);
-    read.ignore_extra = o.ignore_extra;
-    source = describe_report(o.input, models::load_weights(o.input, *model, store, read));
-  }
+  ModelSource from;
+  from.model = o.model;
+  from.size = o.size;
+  from.model_spec = o.model_spec;
+  from.input_shape = o.input_shape;
+  from.num_classes = o.num_classes;
+  from.seed = o.seed;
+  from.weights = o.input;
+  from.weights_format = o.input_format;
+  from.ignore_extra = o.ignore_extra;
+  from.weights_flag = "--input";
+  from.command = "strata convert";
+  const LoadedModel loaded = load_model_source(from, default_cpu_allocator());
+  const proto::ModelSpec& spec = loaded.spec;
+  const graph::Model& model_ref = *loaded.model;
+  graph::ParamStore& store = *loaded.store;
+  const std::string& source = loaded.source;
   std::string to;
   if (!o.output_checkpoint.empty()) {
-    const std::string path = write_checkpoint(o, spec, *model, store);
+    const std::string path = write_checkpoint(o, spec, model_ref, store);
     to = path + " (checkpoint of step 0, optimizer " + o.optimizer +
          " with zero state; resume "
          "with --checkpoint-dir " +
          o.output_checkpoint + " --resume auto --optimizer " + o.optimizer + ")";
   } else {
     const models::WeightNaming naming = models::parse_weight_naming(o.format);
-    models::save_weights(o.output, *model, store, naming,
+    models::save_weights(o.output, model_ref, store, naming,
                          {{models::kWeightsModelSpecKey, graph::model_spec_to_text(spec)}});
     const io::SafetensorsReader written(o.output);
     to = o.output + " (" + models::weight_naming_name(naming) + " names, " +
@@ -265,7 +167,7 @@ int run_convert(const ConvertOptions& o) {
   }
   std::printf("strata convert\n");
   print_table(
-      {{"model", model->name() + " (" + std::to_string(store.num_params()) + " parameters, " +
+      {{"model", model_ref.name() + " (" + std::to_string(store.num_params()) + " parameters, " +
                      std::to_string(store.buffer_entries().size()) + " buffers)"},
        {"from", source},
        {"to", to}});

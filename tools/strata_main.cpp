@@ -1,7 +1,8 @@
 // The `strata` command line: one binary, subcommands, long flags.
 //
-// Errors from the library (strata::Error) are printed as "error: ..." with exit status 1; a bad
-// command line prints CLI11's message plus the valid flags and exits with status 2.
+// Errors from the library (strata::Error) are printed as "error: <sentence>" with exit status 1
+// (the engine's file and line only with --log-level debug); a bad command line prints CLI11's
+// message plus the valid flags and exits with status 2.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -9,8 +10,12 @@
 #include "engine/check.h"
 #include "engine/log.h"
 #include "tools/bench/model_bench.h"
+#include "tools/common.h"
 #include "tools/convert_command.h"
+#include "tools/eval_command.h"
+#include "tools/generate_command.h"
 #include "tools/plan_command.h"
+#include "tools/plot_command.h"
 #include "tools/profile_command.h"
 #include "tools/simulate_command.h"
 #include "tools/text_commands.h"
@@ -30,9 +35,9 @@ void print_valid_flags(const CLI::App& app) {
   const std::string cmd = target == &app ? "strata" : "strata " + target->get_name();
   std::fprintf(stderr, "valid flags for %s: %s\n", cmd.c_str(), flags.c_str());
   if (target == &app) {
-    std::fprintf(
-        stderr,
-        "commands: train, profile, plan, simulate, bench, prepare-text, tokenize, convert\n");
+    std::fprintf(stderr,
+                 "commands: train, eval, generate, profile, plan, simulate, bench, prepare-text, "
+                 "tokenize, convert, plot\n");
   }
 }
 
@@ -66,6 +71,12 @@ int main(int argc, char** argv) {
   CLI::App* tokenize_cmd = strata::tools::add_tokenize_command(app, tokenize);
   strata::tools::ConvertOptions convert;
   CLI::App* convert_cmd = strata::tools::add_convert_command(app, convert);
+  strata::tools::EvalOptions eval;
+  CLI::App* eval_cmd = strata::tools::add_eval_command(app, eval);
+  strata::tools::GenerateOptions generate;
+  CLI::App* generate_cmd = strata::tools::add_generate_command(app, generate);
+  strata::tools::PlotOptions plot;
+  CLI::App* plot_cmd = strata::tools::add_plot_command(app, plot);
 
   try {
     app.parse(argc, argv);
@@ -91,13 +102,11 @@ int main(int argc, char** argv) {
     if (*prepare_text_cmd) return strata::tools::run_prepare_text(prepare_text);
     if (*tokenize_cmd) return strata::tools::run_tokenize(tokenize);
     if (*convert_cmd) return strata::tools::run_convert(convert);
-  } catch (const strata::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
+    if (*eval_cmd) return strata::tools::run_eval(eval);
+    if (*generate_cmd) return strata::tools::run_generate(generate);
+    if (*plot_cmd) return strata::tools::run_plot(plot);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    strata::tools::print_error(e);
     return 1;
   }
   return 0;

@@ -37,6 +37,7 @@
 #include "tools/progress.h"
 #include "tools/text_commands.h"
 #include "tools/train_layout.h"
+#include "tools/train_reports.h"
 
 #ifdef STRATA_WITH_MPI
 #include "parallel/comm/mpi_comm.h"
@@ -134,6 +135,7 @@ struct Setup {
   parallel::TrainConfig config;
   parallel::PipelineConfig pipeline;
   int64_t total_steps = 0;
+  TrainReportsConfig reports;  // --tensorboard, --sample-every
 };
 
 std::vector<std::pair<size_t, size_t>> to_ranges(const parallel::Partition& partition) {
@@ -225,6 +227,10 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
        {"comm timeout", format_number(o.comm_timeout) + " s"},
        {"metrics", o.metrics.empty() ? "off" : o.metrics},
        {"final weights", o.save_weights.empty() ? "not saved" : o.save_weights},
+       {"tensorboard", o.tensorboard.empty() ? "off" : o.tensorboard},
+       {"samples", o.sample_every > 0 ? std::to_string(o.sample_tokens) + " tokens every " +
+                                            std::to_string(o.sample_every) + " steps"
+                                      : "off"},
        {"trace", o.trace.empty() ? "off" : o.trace},
        {"checkpoints",
         o.checkpoint_dir.empty()
@@ -300,13 +306,25 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   std::unique_ptr<io::JsonlWriter> metrics;
   std::unique_ptr<ConsoleReporter> reporter;
   if (rank == 0) {
-    metrics = std::make_unique<io::JsonlWriter>(o.metrics);
+    metrics = for_flag("--metrics", [&] { return std::make_unique<io::JsonlWriter>(o.metrics); });
     const bool live = o.progress == "on" || (o.progress == "auto" && isatty(fileno(stdout)));
     reporter =
         std::make_unique<ConsoleReporter>(stdout, metrics.get(), o.steps > 0 ? 0 : o.epochs, live);
   }
+  // --tensorboard, --sample-every: every rank reports (collective; before the Trainer).
+  std::unique_ptr<TrainReports> reports;
+  if (!o.tensorboard.empty() || o.sample_every > 0) {
+    reports = std::make_unique<TrainReports>(setup.reports, reporter.get(), metrics.get(), world,
+                                             setup.pipeline.stages);
+  }
+  parallel::TrainObserver* observer =
+      reports != nullptr ? static_cast<parallel::TrainObserver*>(reports.get()) : reporter.get();
   parallel::Trainer trainer(ctx, setup.spec, setup.train, setup.test, setup.config, setup.pipeline,
-                            world, reporter.get());
+                            world, observer);
+  if (reports != nullptr) {
+    const auto [begin, end] = setup.pipeline.partition[trainer.stage()];
+    reports->attach(ctx, trainer.model(), trainer.store(), begin, end);
+  }
   const parallel::TrainSummary summary = trainer.run();
   if (rank != 0) return;
   print_stages(summary, setup, metrics.get());
@@ -360,6 +378,7 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
 }
 
 Setup make_setup(const TrainOptions& o, int world_size) {
+  check_train_flags(o);
   Setup s;
   io::DatasetOptions data_options;
   data_options.seq_len = o.seq_len;
@@ -501,6 +520,28 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   s.total_steps = parallel::total_steps(config, p, s.train->size());
   opt.schedule.total_steps = s.total_steps;
   opt.schedule.lr_at(0);  // validates the schedule before any rank starts
+
+  TrainReportsConfig& reports = s.reports;
+  reports.tensorboard = o.tensorboard;
+  reports.sample_every = o.sample_every;
+  reports.sample_tokens = o.sample_tokens;
+  reports.vocab_dir = o.vocab_dir;
+  reports.log_every = o.log_every;
+  reports.total_steps = s.total_steps;
+  reports.text = io::dataset_info(o.dataset).text;
+  reports.seed = o.seed;
+  STRATA_CHECK(o.sample_every >= 0) << "--sample-every must be >= 0, got " << o.sample_every;
+  if (o.sample_every > 0) {
+    const bool gpt2 = s.spec.layer_size() > 0 && s.spec.layer(0).has_token_embedding();
+    STRATA_CHECK(gpt2 && s.spec.num_classes() > 50256)
+        << "--sample-every needs a GPT-2 over GPT-2's tokens (--model gpt2 with --dataset brown "
+           "or tokens); model "
+        << s.spec.name() << " "
+        << (gpt2 ? "has a vocabulary of " + std::to_string(s.spec.num_classes()) + " tokens"
+                 : "does not start with a token embedding");
+    STRATA_CHECK(o.sample_tokens > 0) << "--sample-tokens must be > 0, got " << o.sample_tokens;
+    reports.positions = s.spec.layer(0).token_embedding().max_positions();
+  }
   return s;
 }
 
@@ -641,9 +682,7 @@ int run_mpi(const TrainOptions& o, const parallel::ProcessInfo& process) {
     world->barrier("the end of training");
     return 0;
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    std::fflush(stderr);
+    print_error(e);
     parallel::abort_world(1);
   }
 }

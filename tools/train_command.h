@@ -39,6 +39,9 @@ struct TrainOptions {
   std::string mem_limit;
   std::string metrics;
   std::string save_weights;  // final weights (safetensors); empty: none
+  std::string tensorboard;   // TensorBoard event files in this directory ("" = none)
+  int64_t sample_every = 0;  // GPT-2: a text sample every N steps (0 = none)
+  int64_t sample_tokens = 64;
   int64_t log_every = 100;
   int64_t eval_every = 0;
   int workers = 2;
@@ -84,6 +87,9 @@ struct TrainOptions {
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options);
+// Every flag's own range and name (--lr >= 0, a known --optimizer, ...), before anything is
+// read: an error names the flag and the value given.
+void check_train_flags(const TrainOptions& options);
 int run_train(const TrainOptions& options);
 
 }  // namespace strata::tools

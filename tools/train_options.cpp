@@ -1,7 +1,19 @@
 // The flags of `strata train` (tools/train_command.h), with their defaults and help text; what
 // they do is in train_command.cpp.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "engine/allocator.h"
+#include "engine/check.h"
+#include "graph/optimizer.h"
 #include "io/datasets.h"
 #include "models/registry.h"
+#include "ops/lr_schedule.h"
+#include "parallel/loss_scale.h"
+#include "parallel/schedule/schedule.h"
+#include "parallel/trainer.h"
+#include "tools/common.h"
 #include "tools/train_command.h"
 
 namespace strata::tools {
@@ -67,6 +79,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--save-weights", o.save_weights,
                   "At the end, write the final weights of every layer to this safetensors file "
                   "(Strata names; any schedule and layout)");
+  cmd->add_option("--tensorboard", o.tensorboard,
+                  "Write TensorBoard event files here (tensorboard --logdir DIR): the --metrics "
+                  "values, evaluations, and per rank busy/idle fractions and memory");
+  cmd->add_option("--sample-every", o.sample_every,
+                  "GPT-2 on GPT-2 tokens: print a text sample every N steps and after the last, "
+                  "generated from <|endoftext|> by the pipeline's stages (0 = never)");
+  cmd->add_option("--sample-tokens", o.sample_tokens, "Tokens per --sample-every sample");
   cmd->add_option("--log-every", o.log_every, "Steps between log lines and metrics records");
   cmd->add_option("--eval-every", o.eval_every,
                   "Steps between evaluations on the test split (0 = after each epoch)");
@@ -178,6 +197,89 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--loss-scale-window", o.loss_scale_window,
                   "--loss-scale dynamic: steps in a row without overflow before the scale doubles");
   return cmd;
+}
+
+void check_train_flags(const TrainOptions& o) {
+  // Names first: a model, size, dataset or kind that does not exist.
+  if (o.model_spec.empty()) {
+    const models::ModelInfo& info =
+        for_flag("--model", [&] { return models::model_info(o.model); });
+    STRATA_CHECK(o.size.empty() ||
+                 std::find(info.sizes.begin(), info.sizes.end(), o.size) != info.sizes.end())
+        << "--size " << o.size << ": model " << o.model << " has no such size (valid: " <<
+        [&] {
+          std::string v;
+          for (const std::string& s : info.sizes) v += (v.empty() ? "" : ", ") + s;
+          return v;
+        }()
+        << ")";
+  }
+  for_flag("--dataset", [&] { return io::dataset_info(o.dataset); });
+  for_flag("--optimizer", [&] { return graph::parse_optimizer(o.optimizer); });
+  for_flag("--lr-schedule", [&] { return ops::parse_lr_schedule(o.lr_schedule); });
+  for_flag("--schedule", [&] { return parallel::parse_schedule(o.schedule); });
+  for_flag("--nan-policy", [&] { return parallel::parse_nan_policy(o.nan_policy); });
+  if (o.loss_scale != "auto") {
+    for_flag("--loss-scale", [&] { return parallel::parse_loss_scale(o.loss_scale); });
+  }
+  if (!o.mem_limit.empty()) {
+    for_flag("--mem-limit", [&] { return parse_bytes(o.mem_limit); });
+  }
+  // Files that must be there.
+  namespace fs = std::filesystem;
+  STRATA_CHECK(o.model_spec.empty() || fs::is_regular_file(o.model_spec))
+      << "--model-spec " << o.model_spec << ": no such file (a ModelSpec .prototxt)";
+  STRATA_CHECK(o.init_weights.empty() || fs::is_regular_file(o.init_weights))
+      << "--init-weights " << o.init_weights << ": no such file (a safetensors file)";
+  STRATA_CHECK(o.profile.empty() || fs::is_regular_file(o.profile))
+      << "--profile " << o.profile << ": no such file (write one with `strata profile --output "
+      << o.profile << "`)";
+  // Ranges.
+  STRATA_CHECK(o.steps >= 0) << "--steps must be >= 0 (0 = train for --epochs), got " << o.steps;
+  STRATA_CHECK(o.steps > 0 || o.epochs >= 1)
+      << "--epochs must be >= 1 (or give --steps), got " << o.epochs;
+  STRATA_CHECK(o.batch_size >= 1) << "--batch-size must be >= 1, got " << o.batch_size;
+  STRATA_CHECK(std::isfinite(o.lr) && o.lr >= 0) << "--lr must be >= 0, got " << o.lr;
+  STRATA_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0)
+      << "--min-lr must be >= 0, got " << o.min_lr;
+  STRATA_CHECK(o.warmup_steps >= 0) << "--warmup-steps must be >= 0, got " << o.warmup_steps;
+  STRATA_CHECK(o.lr_step_size >= 1) << "--lr-step-size must be >= 1, got " << o.lr_step_size;
+  STRATA_CHECK(o.lr_gamma > 0) << "--lr-gamma must be > 0, got " << o.lr_gamma;
+  STRATA_CHECK(o.weight_decay >= 0) << "--weight-decay must be >= 0, got " << o.weight_decay;
+  STRATA_CHECK(o.momentum >= 0 && o.momentum < 1)
+      << "--momentum must be in [0, 1), got " << o.momentum;
+  STRATA_CHECK(o.clip_grad_norm >= 0)
+      << "--clip-grad-norm must be >= 0 (0 = off), got " << o.clip_grad_norm;
+  STRATA_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 1)
+      << "--label-smoothing must be in [0, 1), got " << o.label_smoothing;
+  STRATA_CHECK(o.seq_len >= 1) << "--seq-len must be >= 1, got " << o.seq_len;
+  STRATA_CHECK(o.log_every >= 1) << "--log-every must be >= 1, got " << o.log_every;
+  STRATA_CHECK(o.eval_every >= 0) << "--eval-every must be >= 0 (0 = after each epoch), got "
+                                  << o.eval_every;
+  STRATA_CHECK(o.eval_batch_size >= 0)
+      << "--eval-batch-size must be >= 0, got " << o.eval_batch_size;
+  STRATA_CHECK(o.train_samples >= 0) << "--train-samples must be >= 0, got " << o.train_samples;
+  STRATA_CHECK(o.test_samples >= 0) << "--test-samples must be >= 0, got " << o.test_samples;
+  STRATA_CHECK(o.threads >= 0) << "--threads must be >= 0 (0 = all cores), got " << o.threads;
+  STRATA_CHECK(o.workers >= 0) << "--workers must be >= 0, got " << o.workers;
+  STRATA_CHECK(o.image_size >= 0) << "--image-size must be >= 0, got " << o.image_size;
+  STRATA_CHECK(o.stages >= 1) << "--stages must be >= 1, got " << o.stages;
+  STRATA_CHECK(o.groups >= 0) << "--groups must be >= 0 (0 = ranks / stages), got " << o.groups;
+  STRATA_CHECK(o.micro_batches >= 1) << "--micro-batches must be >= 1, got " << o.micro_batches;
+  STRATA_CHECK(o.comm_timeout > 0) << "--comm-timeout must be > 0 seconds, got " << o.comm_timeout;
+  STRATA_CHECK(o.dp_delay >= 0) << "--dp-delay must be >= 0, got " << o.dp_delay;
+  STRATA_CHECK(o.dp_bucket_mb >= 0) << "--dp-bucket-mb must be >= 0, got " << o.dp_bucket_mb;
+  STRATA_CHECK(o.bandwidth_gbps > 0) << "--bandwidth must be > 0, got " << o.bandwidth_gbps;
+  STRATA_CHECK(o.save_every >= 0) << "--save-every must be >= 0, got " << o.save_every;
+  STRATA_CHECK(o.keep_last >= 0) << "--keep-last must be >= 0, got " << o.keep_last;
+  STRATA_CHECK(o.loss_scale_window >= 1)
+      << "--loss-scale-window must be >= 1, got " << o.loss_scale_window;
+  STRATA_CHECK(o.sample_every >= 0) << "--sample-every must be >= 0, got " << o.sample_every;
+  STRATA_CHECK(o.sample_tokens >= 1) << "--sample-tokens must be >= 1, got " << o.sample_tokens;
+  STRATA_CHECK(o.save_every == 0 || !o.checkpoint_dir.empty())
+      << "--save-every needs --checkpoint-dir (where to write the checkpoints)";
+  STRATA_CHECK(o.resume != "auto" || !o.checkpoint_dir.empty())
+      << "--resume auto needs --checkpoint-dir (where to look, and to write)";
 }
 
 }  // namespace strata::tools

@@ -715,7 +715,7 @@ void run_local_ranks(const LocalWorld& world, const std::function<void(LocalComm
         fn(*comm);
       } catch (const std::exception& e) {
         errors[r] = std::current_exception();
-        world.abort(r, e.what());
+        world.abort(r, error_message(e));
       } catch (...) {
         errors[r] = std::current_exception();
         world.abort(r, "unknown exception");

@@ -379,7 +379,7 @@ void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStat
       where +=
           " (step " + std::to_string(info.step + 1) + ", " + std::to_string(info.rows) + " rows)";
     }
-    throw OutOfMemoryError(where + ": " + e.what());
+    throw OutOfMemoryError(where + ": " + e.message(), e.where());
   }
 }
 

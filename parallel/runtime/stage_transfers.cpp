@@ -177,7 +177,9 @@ void StageTransfers::post_ahead(const Program& program, size_t from, MicroBatchS
     } catch (const OutOfMemoryError& e) {
       const MicroBatchSource::Info info = source.info(in.micro_batch);
       throw OutOfMemoryError(describe(in) + " (step " + std::to_string(info.step + 1) + ", " +
-                             std::to_string(info.rows) + " rows), receive buffer: " + e.what());
+                                 std::to_string(info.rows) +
+                                 " rows), receive buffer: " + e.message(),
+                             e.where());
     }
   }
 }

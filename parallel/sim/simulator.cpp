@@ -63,6 +63,8 @@ SimOp to_sim_op(OpCode op) {
       return SimOp::kReduceGrads;
     case OpCode::kOptimizerStep:
       return SimOp::kOptimizerStep;
+    case OpCode::kSwapIn:
+      return SimOp::kSwapIn;
   }
   STRATA_THROW() << "the simulator has no model of opcode " << static_cast<int>(op);
 }
@@ -77,32 +79,6 @@ int steps_of(const SimConfig& c) {
   return c.grad_sync.delay > 0 && c.groups > 1 ? c.grad_sync.delay + 2 : 1;
 }
 
-bool is_compute(SimOp op) { return op == SimOp::kForward || op == SimOp::kBackward; }
-
-// SwapIn(mb) before the `prefetch`-th compute instruction ahead of Backward(mb), never before
-// Forward(mb).
-std::vector<SimInstruction> with_swap_ins(const std::vector<SimInstruction>& program,
-                                          int prefetch) {
-  std::map<int64_t, size_t> forward_at;
-  std::vector<std::vector<SimInstruction>> before(program.size() + 1);
-  for (size_t i = 0; i < program.size(); ++i) {
-    if (program[i].op == SimOp::kForward) forward_at[program[i].micro_batch] = i;
-    if (program[i].op != SimOp::kBackward) continue;
-    size_t at = i;
-    for (int k = 0; k < prefetch && at > 0;) {
-      --at;
-      if (is_compute(program[at].op)) ++k;
-    }
-    at = std::max(at, forward_at.at(program[i].micro_batch) + 1);
-    before[at].push_back({SimOp::kSwapIn, program[i].micro_batch});
-  }
-  std::vector<SimInstruction> out;
-  for (size_t i = 0; i < program.size(); ++i) {
-    out.insert(out.end(), before[i].begin(), before[i].end());
-    out.push_back(program[i]);
-  }
-  return out;
-}
 
 struct Bucket {
   size_t ready_layer = 0;
@@ -328,11 +304,13 @@ void Engine::setup() {
   for (int s = 0; s < S; ++s) {
     std::vector<SimInstruction> p;
     for (int k = 0; k < steps; ++k) {
-      const Schedule sc = make_schedule(c.schedule, S, M, k);
+      Schedule sc = make_schedule(c.schedule, S, M, k);
+      // The SwapIns the runtime puts ahead of each Backward (parallel/schedule/schedule.h).
+      if (mbm[s].swap > 0) add_prefetches(&sc.programs[s], c.swap_prefetch);
       for (const Instruction& in : sc.programs[s]) p.push_back({to_sim_op(in.op), in.micro_batch});
       p.push_back({SimOp::kStepEnd, -1});
     }
-    programs.push_back(mbm[s].swap > 0 ? with_swap_ins(p, c.swap_prefetch) : p);
+    programs.push_back(p);
   }
   const int R = static_cast<int>(reps.size()) * S;
   ranks.assign(R, Rank{});

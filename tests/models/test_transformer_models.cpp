@@ -110,7 +110,7 @@ TEST(TransformerModels, DimsOverrideTheNamedSize) {
       EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
     }
   };
-  expect_error(request("gpt2", "tiny", {65}), "has 64 positions; samples of 65 tokens are longer");
+  expect_error(request("gpt2", "tiny", {65}), "has 64 positions; --seq-len 65 is longer");
   expect_error(request("gpt2", "tiny", {3, 64}), "(T,)");
   expect_error(request("bert", "tiny", {64}), "(3, T)");
   ModelRequest odd = request("gpt2", "tiny");

@@ -164,7 +164,7 @@ TEST(Cli, TransformersOverStagesTakeTheSequenceLength) {
       "--progress off");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output,
-                       "gpt2 tiny has 64 positions; samples of 128 tokens are longer "
+                       "gpt2 tiny has 64 positions; --seq-len 128 is longer "
                        "(use --seq-len 64 or less, or a larger --size)"))
       << r.output;
 }
