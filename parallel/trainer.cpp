@@ -71,6 +71,17 @@ std::optional<std::pair<int, int>> split_tied_stages(const graph::Model& model,
   return split;
 }
 
+void add_memory_stats(StageMemoryStats* total, const StageMemoryStats& s) {
+  total->records_created += s.records_created;
+  total->records_released += s.records_released;
+  total->max_micro_batches = std::max(total->max_micro_batches, s.max_micro_batches);
+  total->swapped_out_bytes += s.swapped_out_bytes;
+  total->swapped_in_bytes += s.swapped_in_bytes;
+  total->recompute_seconds += s.recompute_seconds;
+  total->recomputed_layers += s.recomputed_layers;
+  total->swap_wait_seconds += s.swap_wait_seconds;
+}
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -82,27 +93,6 @@ void world_sum(Communicator* world, std::vector<double>* values, const std::stri
   auto r = world->all_reduce(t);
   r->wait(world->timeout(), what);
   *values = t.to_vector<double>();
-}
-
-// Cuts an asynchronous program after every `per_segment`-th OptimizerStep.
-std::vector<Program> segments(const Program& program, int64_t per_segment) {
-  std::vector<Program> out(1);
-  int64_t updates = 0;
-  for (const Instruction& in : program) {
-    out.back().push_back(in);
-    if (in.op == OpCode::kOptimizerStep && ++updates % per_segment == 0) out.emplace_back();
-  }
-  if (out.back().empty()) out.pop_back();
-  return out;
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 std::string mib(uint64_t bytes) {
@@ -201,6 +191,31 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
     expect = e;
   }
   STRATA_CHECK_EQ(expect, model_->size()) << "the partition leaves layers after " << expect;
+  // --migrate-at: each partition covers the layers in order, one range per stage; by step.
+  std::sort(pipeline_.migrations.begin(), pipeline_.migrations.end(),
+            [](const Migration& a, const Migration& b) { return a.step < b.step; });
+  for (const Migration& m : pipeline_.migrations) {
+    STRATA_CHECK(m.step >= 1) << "--migrate-at " << m.step << ": the step must be at least 1";
+    STRATA_CHECK_EQ(static_cast<int>(m.partition.size()), S)
+        << "--migrate-at " << m.step << ": the partition has " << m.partition.size()
+        << " stages, --stages is " << S;
+    size_t next = 0;
+    for (const auto& [b, e] : m.partition) {
+      STRATA_CHECK(b == next && e > b && e <= model_->size())
+          << "--migrate-at " << m.step << ": stages must cover the " << model_->size()
+          << " layers in order, each at least one layer";
+      next = e;
+    }
+    STRATA_CHECK_EQ(next, model_->size())
+        << "--migrate-at " << m.step << ": the partition leaves layers after " << next;
+  }
+  STRATA_CHECK(pipeline_.migrations.empty() || pipeline.grad_sync.delay == 0)
+      << "--migrate-at with --dp-delay " << pipeline.grad_sync.delay
+      << ": the delayed gradients are laid out by the stage's layers; migrate without delay";
+  STRATA_CHECK(pipeline_.migrations.empty() || is_synchronous(pipeline.schedule) ||
+               pipeline.migration == MigrationMode::kRestart)
+      << "--migrate-at with async-1f1b: --migration live is not available for the asynchronous "
+         "schedule yet; use --migration restart (drain, move, start again)";
   const auto [begin, end] = pipeline_.partition[stage_];
   store_ = std::make_unique<graph::ParamStore>(*model_, begin, end, ctx.allocator(), DType::kF32,
                                                config.compute_dtype);
@@ -246,136 +261,13 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
     store_->ensure_state(slots_.size() + static_cast<size_t>(pipeline.grad_sync.delay));
   }
   if (!config.checkpoint.resume.empty()) resume();
-}
-
-std::vector<std::string> Trainer::delayed_slot_names(int64_t pending) {
-  std::vector<std::string> names;
-  for (int64_t i = 0; i < pending; ++i) names.push_back("dp_delayed_grad_" + std::to_string(i));
-  return names;
-}
-
-void Trainer::check_resumable(const proto::CheckpointManifest& m) const {
-  const int pending = m.run().dp_pending();
-  const int delay = pipeline_.grad_sync.delay;
-  if (pending > 0 && (m.run().dp_delay() != delay || pipeline_.groups < 2)) {
-    throw graph::CheckpointError(
-        "it holds the gradients of its last " + std::to_string(pending) +
-        " steps, all-reduced but not applied yet (written with --dp-delay " +
-        std::to_string(m.run().dp_delay()) + "); this run uses --dp-delay " +
-        std::to_string(delay) + " over " + std::to_string(pipeline_.groups) +
-        " group(s): resume with --dp-delay " + std::to_string(m.run().dp_delay()) +
-        " and --groups of 2 or more, so that they are applied when the run that wrote it would "
-        "have applied them");
+  // A run resumed past re-layouts starts in the layout of its step (checkpoints are keyed by
+  // layer, so they load into any layout).
+  const Migration* due = nullptr;
+  for (const Migration& m : pipeline_.migrations) {
+    if (m.step <= start_step_) due = &m;
   }
-  if (pending > m.run().dp_delay() || pending < 0) {
-    throw graph::CheckpointError("its manifest says " + std::to_string(pending) +
-                                 " delayed gradients with --dp-delay " +
-                                 std::to_string(m.run().dp_delay()) + ": corrupt");
-  }
-  const graph::OptimizerConfig& opt = config_.optimizer;
-  const std::vector<std::string> slots(m.optimizer().slot().begin(), m.optimizer().slot().end());
-  if (m.optimizer().kind() != graph::optimizer_name(opt.kind) || slots != slots_) {
-    std::string names;
-    for (const std::string& n : slots) names += (names.empty() ? "" : ", ") + n;
-    throw graph::CheckpointError("it was written with optimizer " + m.optimizer().kind() +
-                                 " (state: " + (names.empty() ? "none" : names) +
-                                 "), this run uses " + graph::optimizer_name(opt.kind) +
-                                 ": resume with the same --optimizer (and --momentum > 0 for "
-                                 "sgd with momentum state)");
-  }
-}
-
-void Trainer::resume() {
-  const std::optional<graph::CheckpointRef> ref =
-      choose_checkpoint(world_, config_.checkpoint.resume, config_.checkpoint.dir);
-  if (!ref) {
-    if (rank_ == 0) {
-      STRATA_LOG(INFO) << "--resume auto: no complete checkpoint in " << config_.checkpoint.dir
-                       << ", starting from step 0";
-    }
-    return;
-  }
-  const proto::CheckpointManifest m = load_checkpoint(
-      world_, ref->path, *model_, *store_, slots_, [this](const proto::CheckpointManifest& m) {
-        check_resumable(m);
-        return delayed_slot_names(m.run().dp_pending());
-      });
-  start_step_ = m.step();
-  resumed_pending_ = m.run().dp_pending();
-  if (m.run().has_loss_scale())
-    scaler_.restore(m.run().loss_scale(), m.run().loss_scale_good_steps());
-  skipped_before_ = m.run().skipped_steps();
-  samples_before_ = m.run().samples_seen();
-  resumed_from_ = ref->path;
-  if (rank_ != 0) return;
-  STRATA_LOG(INFO) << "resumed from " << ref->path << ": step " << m.step() << " (epoch "
-                   << m.run().epoch() + 1 << ", " << m.run().step_in_epoch() << " of its "
-                   << m.run().steps_per_epoch()
-                   << " batches done; written by G=" << m.layout().groups()
-                   << " x S=" << m.layout().stages() << ", loaded into G=" << pipeline_.groups
-                   << " x S=" << pipeline_.stages << ")";
-  const proto::CheckpointRunState& r = m.run();
-  std::string differs;
-  if (r.seed() != config_.seed)
-    differs += " seed " + std::to_string(r.seed()) + " (now " + std::to_string(config_.seed) + ")";
-  if (r.batch_size() != config_.batch_size)
-    differs += " batch size " + std::to_string(r.batch_size()) + " (now " +
-               std::to_string(config_.batch_size) + ")";
-  if (r.train_samples() != train_->size())
-    differs += " training samples " + std::to_string(r.train_samples()) + " (now " +
-               std::to_string(train_->size()) + ")";
-  // A checkpoint of step 0 (`strata convert --output-checkpoint`) has no data order to continue.
-  if (!differs.empty() && m.step() > 0) {
-    STRATA_LOG(WARN) << "the checkpoint was written with" << differs
-                     << ": the data order and random streams differ from the run that wrote it, "
-                        "so training will not continue it exactly";
-  }
-}
-
-proto::CheckpointManifest Trainer::describe_run(int64_t step, int64_t total, int64_t per_epoch,
-                                                int64_t samples, const std::string& reason) const {
-  proto::CheckpointManifest m;
-  *m.mutable_model() = spec_;
-  m.set_created_at(utc_now());
-  m.set_reason(reason);
-  proto::CheckpointLayout* layout = m.mutable_layout();
-  layout->set_stages(pipeline_.stages);
-  layout->set_groups(pipeline_.groups);
-  layout->set_micro_batches(pipeline_.micro_batches);
-  layout->set_schedule(schedule_name(pipeline_.schedule));
-  for (const auto& [b, e] : pipeline_.partition) {
-    proto::CheckpointStage* s = layout->add_stage();
-    s->set_begin(static_cast<int64_t>(b));
-    s->set_end(static_cast<int64_t>(e));
-    s->set_first_layer(model_->layer(b).name());
-    s->set_last_layer(model_->layer(e - 1).name());
-  }
-  proto::CheckpointRunState* r = m.mutable_run();
-  r->set_seed(config_.seed);
-  r->set_batch_size(config_.batch_size);
-  r->set_epoch(step / per_epoch);
-  r->set_step_in_epoch(step % per_epoch);
-  r->set_steps_per_epoch(per_epoch);
-  r->set_train_samples(train_->size());
-  r->set_dataset(train_->name());
-  r->set_total_steps(total);
-  r->set_samples_seen(samples);
-  const graph::OptimizerConfig& opt = config_.optimizer;
-  proto::CheckpointOptimizer* o = m.mutable_optimizer();
-  o->set_kind(graph::optimizer_name(opt.kind));
-  for (const std::string& slot : slots_) o->add_slot(slot);
-  o->set_lr(opt.schedule.base_lr);
-  o->set_lr_schedule(ops::lr_schedule_name(opt.schedule.kind));
-  o->set_warmup_steps(opt.schedule.warmup_steps);
-  o->set_min_lr(opt.schedule.min_lr);
-  o->set_weight_decay(opt.weight_decay);
-  o->set_momentum(opt.momentum);
-  o->set_nesterov(opt.nesterov);
-  o->set_beta1(opt.beta1);
-  o->set_beta2(opt.beta2);
-  o->set_eps(opt.eps);
-  o->set_clip_grad_norm(opt.clip_grad_norm);
-  return m;
+  if (due != nullptr && due->partition != pipeline_.partition) relayout(*due, nullptr);
 }
 
 Trainer::~Trainer() { set_thread_log_rank(previous_log_rank_); }
@@ -385,17 +277,22 @@ void Trainer::make_communicators() {
   pipe_ = world_->split(group_, stage_);
   dp_ = world_->split(stage_, group_);
   eval_pipe_ = pipe_->split(0, stage_);
-  // Tied parameters whose owner and user sit on different stages.
-  const std::optional<std::pair<int, int>> split = split_tied_stages(*model_, pipeline_);
-  const int owner_stage = split ? split->first : -1, user_stage = split ? split->second : -1;
-  const bool tied_here = owner_stage >= 0 && (stage_ == owner_stage || stage_ == user_stage);
-  tied_ = world_->split(tied_here ? group_ : -1, stage_ == owner_stage ? 0 : 1);
+  if (!pipeline_.migrations.empty()) migrate_ = pipe_->split(0, stage_);
+  make_tied_communicator();
   // A stream-ordered backend (nccl) runs a communicator's transfers one after another: the
   // executors need a communicator per direction between neighbouring stages.
   if (pipeline_.stages > 1 && pipe_->stream_ordered()) {
     links_ = make_stage_links(*pipe_, stage_, pipeline_.stages);
     eval_links_ = make_stage_links(*eval_pipe_, stage_, pipeline_.stages);
   }
+}
+
+void Trainer::make_tied_communicator() {
+  // Tied parameters whose owner and user sit on different stages.
+  const std::optional<std::pair<int, int>> split = split_tied_stages(*model_, pipeline_);
+  const int owner_stage = split ? split->first : -1, user_stage = split ? split->second : -1;
+  const bool tied_here = owner_stage >= 0 && (stage_ == owner_stage || stage_ == user_stage);
+  tied_ = world_->split(tied_here ? group_ : -1, stage_ == owner_stage ? 0 : 1);
 }
 
 EvalRecord Trainer::evaluate(int64_t step, int64_t epoch) {
@@ -479,44 +376,50 @@ TrainSummary Trainer::run() {
   ec.first_step = start_step_ - resumed_pending_;
   ec.grad_sync = pipeline_.grad_sync;
   ec.grad_sync_observer = pipeline_.grad_sync_observer;
-  const auto [first_layer, end_layer] = pipeline_.partition[stage_];
   ec.memory_plan = pipeline_.memory_plan;
   ec.prefetch_layers = pipeline_.prefetch_layers;
-  const bool swaps = pipeline_.memory_plan.uses(MemoryPolicy::kSwap, first_layer, end_layer);
-  if (swaps && swap_pool_ == nullptr) {
-    // Host memory for swapped tensors: pinned for a GPU (copies that overlap compute), plain
-    // memory for the CPU's emulated device; its own limit, not counted against --mem-limit.
-    if (ctx_.device().is_cuda()) {
-      swap_pool_ = std::make_unique<cuda::PinnedHostAllocator>();
-    } else {
-      swap_pool_ = std::make_unique<CpuAllocator>();
+  // The stage's executor, made again after every re-layout (--migrate-at) with the optimizer's
+  // step count carried over.
+  std::unique_ptr<Executor> executor;
+  auto make_executor = [&](int64_t first_step) {
+    StageComms comms;
+    comms.pipe = pipe_.get();
+    comms.dp = dp_.get();
+    comms.tied = tied_.get();
+    links_.attach(&comms);
+    ExecutorConfig e = ec;
+    e.first_step = first_step;
+    const auto [first_layer, end_layer] = pipeline_.partition[stage_];
+    if (pipeline_.memory_plan.uses(MemoryPolicy::kSwap, first_layer, end_layer) &&
+        swap_pool_ == nullptr) {
+      // Host memory for swapped tensors: pinned for a GPU (copies that overlap compute), plain
+      // memory for the CPU's emulated device; its own limit, not counted against --mem-limit.
+      if (ctx_.device().is_cuda()) {
+        swap_pool_ = std::make_unique<cuda::PinnedHostAllocator>();
+      } else {
+        swap_pool_ = std::make_unique<CpuAllocator>();
+      }
+      swap_pool_->set_limit(pipeline_.swap_pool_bytes);
     }
-    swap_pool_->set_limit(pipeline_.swap_pool_bytes);
-  }
-  ec.swap_pool = swap_pool_.get();
-  Executor executor(
-      ctx_, *model_, *store_,
-      {stage_, S, pipeline_.partition[stage_].first, pipeline_.partition[stage_].second}, comms, ec,
-      trace.get());
+    e.swap_pool = swap_pool_.get();
+    executor = std::make_unique<Executor>(ctx_, *model_, *store_,
+                                          StageRange{stage_, S, first_layer, end_layer}, comms, e,
+                                          trace.get());
+  };
+  make_executor(ec.first_step);
   if (resumed_pending_ > 0) {
     std::vector<Tensor> delayed;
     for (int64_t i = 0; i < resumed_pending_; ++i) {
       delayed.push_back(store_->state(slots_.size() + static_cast<size_t>(i)));
     }
-    executor.restore_delayed_gradients(delayed);
+    executor->restore_delayed_gradients(delayed);
   }
 
-  // The programs: one per step, or the asynchronous run cut into segments of M updates.
+  // The programs: one per step, or the asynchronous runs cut into segments of M updates (one run
+  // for the whole training, or one per stretch between re-layouts of --migration restart).
   const bool sync = is_synchronous(pipeline_.schedule);
-  std::vector<Program> async_segments;
-  if (!sync) {
-    Schedule run = make_schedule(pipeline_.schedule, S, total * M);
-    if (swaps) add_prefetches(&run.programs[stage_], pipeline_.swap_lead);
-    async_segments = segments(run.programs[stage_], M);
-    STRATA_CHECK_EQ(static_cast<int64_t>(async_segments.size()), total)
-        << "async schedule: " << async_segments.size() << " segments for " << total << " steps";
-  }
-
+  const std::vector<Program> async_segments = sync ? std::vector<Program>() : async_programs(total);
+  StageMemoryStats memory;  // over the executors of every layout this run had
   TrainSummary summary;
   summary.first_step = start_step_;
   summary.resumed_from = resumed_from_;
@@ -537,13 +440,29 @@ TrainSummary Trainer::run() {
   for (int64_t step = start_step_; step < total; ++step) {
     const int64_t epoch = step / per_epoch;
     const auto step_start = Clock::now();
+    // --migrate-at: the layers change stage before this step (a synchronous pipeline is empty
+    // here; an asynchronous one drained at the end of the last segment).
+    for (const Migration& m : pipeline_.migrations) {
+      if (m.step != step) continue;
+      if (trace != nullptr) trace->record_span("migration", step_start, step_start);
+      const int64_t steps_done = executor->optimizer_steps();
+      executor->finish();
+      add_memory_stats(&memory, executor->memory_stats());
+      executor.reset();  // it holds the store that is about to be replaced
+      const MigrationRecord record = relayout(m, trace.get());
+      make_executor(steps_done);
+      if (rank_ == 0 && observer_ != nullptr) observer_->on_migration(record);
+    }
     Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
                            : async_segments[step];
-    if (sync && swaps) add_prefetches(&program, pipeline_.swap_lead);
-    executor.set_loss_scale(scaler_.scale());
-    StepStats stats = executor.run(program, source);
-    if (step + 1 == total) executor.flush_gradients();  // --dp-delay: the last D gradients
-    if (sync) executor.finish();
+    if (sync && pipeline_.memory_plan.uses(MemoryPolicy::kSwap, pipeline_.partition[stage_].first,
+                                           pipeline_.partition[stage_].second)) {
+      add_prefetches(&program, pipeline_.swap_lead);
+    }
+    executor->set_loss_scale(scaler_.scale());
+    StepStats stats = executor->run(program, source);
+    if (step + 1 == total) executor->flush_gradients();  // --dp-delay: the last D gradients
+    if (sync) executor->finish();
     source.release_before(sync ? step + 1 : std::max<int64_t>(0, step - 1));
     report.busy_seconds += stats.busy_seconds;
     // Loss and counts from the last stages; samples from the loader's arithmetic; skipped
@@ -641,7 +560,7 @@ TrainSummary Trainer::run() {
     const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     const bool periodic = config_.eval_every > 0 && (step + 1) % config_.eval_every == 0;
     if (test_ != nullptr && (epoch_end || periodic)) {
-      if (!sync && step + 1 == total) executor.finish();  // the async run drains first
+      if (!sync && step + 1 == total) executor->finish();  // the async run drains first
       summary.last_eval = evaluate(step + 1, epoch);
       if (rank_ == 0 && observer_ != nullptr) observer_->on_eval(*summary.last_eval);
     }
@@ -678,7 +597,7 @@ TrainSummary Trainer::run() {
       }
       // --dp-delay: the gradients all-reduced but not applied yet go into the state slots after
       // the optimizer's (every group holds the same ones; group 0 writes them).
-      const std::vector<Tensor> delayed = executor.delayed_gradients();
+      const std::vector<Tensor> delayed = executor->delayed_gradients();
       for (size_t i = 0; i < delayed.size(); ++i)
         store_->state(slots_.size() + i).copy_from(delayed[i]);
       std::vector<std::string> slots = slots_;
@@ -710,10 +629,10 @@ TrainSummary Trainer::run() {
       break;
     }
   }
-  executor.finish();
+  executor->finish();
 
   // Per-stage utilization and memory, gathered on every rank (reported by rank 0).
-  const StageMemoryStats memory = executor.memory_stats();
+  add_memory_stats(&memory, executor->memory_stats());
   const std::vector<double> mine{report.busy_seconds,
                                  report.wall_seconds,
                                  static_cast<double>(ctx_.allocator().stats().peak),

@@ -89,6 +89,20 @@ struct TrainConfig {
   RunControl* control = nullptr;  // may be null
 };
 
+// --migrate-at STEP:PARTITION (vPIPE's repartition, ../shared/papers/vpipe.md §2.3): before step
+// `step` (after `step` optimizer steps) the stages hold the layers of `partition`.
+struct Migration {
+  int64_t step = 0;
+  std::vector<std::pair<size_t, size_t>> partition;
+};
+
+// How the layers move (--migration): live keeps the pipeline running; restart drains it first
+// (stop injecting micro-batches, finish those in flight, move, start again: the non-live
+// baseline). Synchronous schedules flush at every step boundary, where both move the same way.
+enum class MigrationMode { kLive, kRestart };
+MigrationMode parse_migration_mode(const std::string& name);  // live|restart; throws otherwise
+const char* migration_mode_name(MigrationMode mode);
+
 struct PipelineConfig {
   int stages = 1;
   int groups = 1;
@@ -105,8 +119,10 @@ struct PipelineConfig {
   // pool, or recompute (parallel/runtime/memory_plan.h); one entry per model layer, empty: keep.
   MemoryPlan memory_plan;
   size_t swap_pool_bytes = size_t{8} << 30;  // the host pool of each rank that swaps
-  int swap_lead = 1;        // SwapIn(mb) this many forwards/backwards before Backward(mb)
-  int prefetch_layers = 2;  // swapped layers on their way back at once during a backward
+  int swap_lead = 1;                  // SwapIn(mb) this many forwards/backwards before Backward(mb)
+  int prefetch_layers = 2;            // swapped layers on their way back at once during a backward
+  std::vector<Migration> migrations;  // by step
+  MigrationMode migration = MigrationMode::kLive;
 };
 
 // Steps that will run with this config over a dataset of `train_size` samples.
@@ -168,12 +184,24 @@ struct RankStepRecord {
   double wall_seconds = 0.0;  // the step, from its start to the end of its metrics' sum
 };
 
+// A re-layout, on every stage (rank 0 reports it): the layers that changed stage, the bytes this
+// rank sent and received for them, and how long the move took here.
+struct MigrationRecord {
+  int64_t step = 0;       // before this step (optimizer steps done)
+  std::string moves;      // "blocks.3 0->1, ..."
+  std::string partition;  // the new one, "embed-blocks.2,blocks.3-head"
+  MigrationMode mode = MigrationMode::kLive;
+  double bytes = 0.0;    // sent + received, summed over the ranks
+  double seconds = 0.0;  // the slowest rank's
+};
+
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
   virtual void on_step(const StepRecord& record) {}  // after every step (progress display)
   virtual void on_log(const StepRecord& record) {}   // every log_every steps and the last
   virtual void on_eval(const EvalRecord& record) {}
+  virtual void on_migration(const MigrationRecord& record) {}
   // On every rank that has an observer (the others above: rank 0 only), after every step, once
   // its update, log record and evaluation are done and before its checkpoint. Every rank calls it
   // at the same steps, so an observer may run collectives on a communicator of its own (made
@@ -236,6 +264,13 @@ class Trainer {
  private:
   EvalRecord evaluate(int64_t step, int64_t epoch);
   void make_communicators();
+  // The communicator of the first and last stage when a tied parameter is split between them
+  // (collective over the world; made again when a re-layout moves the tied layers).
+  void make_tied_communicator();
+  // The asynchronous schedule's program for this stage, one per step (parallel/trainer_layout.cpp).
+  std::vector<Program> async_programs(int64_t total_steps) const;
+  // Moves the layers to `migration`'s partition (collective over the world; the executor gone).
+  MigrationRecord relayout(const Migration& migration, Trace* trace);
   void resume();
   void check_resumable(const proto::CheckpointManifest& manifest) const;
   // The state slots holding a checkpoint's delayed gradients (--dp-delay), oldest first.
@@ -253,6 +288,7 @@ class Trainer {
   std::unique_ptr<graph::Model> model_;
   std::unique_ptr<graph::ParamStore> store_;
   std::unique_ptr<Communicator> pipe_, dp_, dp_last_, tied_, eval_pipe_;
+  std::unique_ptr<Communicator> migrate_;  // --migrate-at: the stages' exchange of moved layers
   // The host pool of swapped tensors (pinned memory on a GPU), when a layer of this stage swaps.
   std::unique_ptr<Allocator> swap_pool_;
   // Stream-ordered backends (nccl): a communicator per direction between neighbouring stages,

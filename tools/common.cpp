@@ -29,10 +29,11 @@ Device resolve_device(const std::string& text) {
   const int gpus = cuda_device_count();
   if (gpus > 0 && ops::has_kernels_for(DeviceType::kCUDA)) return Device::cuda(0);
   if (gpus > 0) {
-    std::printf("device auto: %d GPU(s) present, but this build has no CUDA kernels; using cpu\n",
-                gpus);
+    std::fprintf(stderr,
+                 "device auto: %d GPU(s) present, but this build has no CUDA kernels; using cpu\n",
+                 gpus);
   } else if (cuda::built_with_cuda()) {
-    std::printf("device auto: no usable GPU here; using cpu\n");
+    std::fprintf(stderr, "device auto: no usable GPU here; using cpu\n");
   }
   return Device::cpu();
 }

@@ -105,4 +105,21 @@ void ConsoleReporter::on_eval(const parallel::EvalRecord& r) {
   }
 }
 
+void ConsoleReporter::on_migration(const parallel::MigrationRecord& r) {
+  clear_live_line();
+  std::fprintf(out_, "migration | before step %lld | %s | %s | now %s | %.0f bytes | %.3fs\n",
+               static_cast<long long>(r.step), parallel::migration_mode_name(r.mode),
+               r.moves.c_str(), r.partition.c_str(), r.bytes, r.seconds);
+  std::fflush(out_);
+  if (metrics_ != nullptr) {
+    metrics_->write({{"type", "migration"},
+                     {"step", r.step},
+                     {"mode", parallel::migration_mode_name(r.mode)},
+                     {"moves", r.moves},
+                     {"partition", r.partition},
+                     {"bytes", r.bytes},
+                     {"seconds", r.seconds}});
+  }
+}
+
 }  // namespace strata::tools

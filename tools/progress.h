@@ -22,6 +22,7 @@ class ConsoleReporter final : public parallel::TrainObserver {
   void on_step(const parallel::StepRecord& r) override;
   void on_log(const parallel::StepRecord& r) override;
   void on_eval(const parallel::EvalRecord& r) override;
+  void on_migration(const parallel::MigrationRecord& r) override;
 
  private:
   void clear_live_line();

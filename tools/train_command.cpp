@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "engine/allocator.h"
 #include "engine/check.h"
@@ -131,6 +132,8 @@ struct Setup {
   proto::ModelSpec spec;
   std::vector<std::string> layer_names;
   std::string memory_line;  // the memory plan, for the configuration table
+  // --memory-policy auto (rank 0): vPIPE's plan and predicted peak per stage, for --metrics.
+  std::optional<parallel::PipelinePlan> auto_plan;
   int64_t num_params = 0;
   parallel::TrainConfig config;
   parallel::PipelineConfig pipeline;
@@ -153,10 +156,23 @@ void decide_layout(const TrainOptions& o, Setup* setup) {
   setup->pipeline.partition = to_ranges(partition);
   setup->pipeline.memory_plan = layout.memory_plan(partition);
   setup->memory_line = describe_memory(o, setup->pipeline, setup->layer_names, layout.auto_plan());
+  setup->auto_plan = layout.auto_plan();
   if (layout.swap_bandwidth() > 0) {
     setup->memory_line += "; host-device copies measured at " +
                           format_number(layout.swap_bandwidth() / 1e9) + " GB/s";
   }
+}
+
+// "before step 10: embed-blocks.2,blocks.3-head (live)"
+std::string describe_migrations(const Setup& s, const TrainOptions& o) {
+  std::string text;
+  for (const parallel::Migration& m : s.pipeline.migrations) {
+    parallel::Partition p;
+    for (const auto& [b, e] : m.partition) p.push_back({b, e});
+    text += (text.empty() ? "" : "; ") + std::string("before step ") + std::to_string(m.step) +
+            ": " + parallel::partition_string(p, s.layer_names);
+  }
+  return text + " (" + o.migration + ")";
 }
 
 // `launcher`: how the ranks run and talk; `devices`: the device, or every rank's.
@@ -207,6 +223,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
        {"partition", p.stages == 1 ? "all layers" : partition + " (" + how + ")"},
        {"gradient sync", grad_sync},
        {"memory", s.memory_line},
+       {"migrations", p.migrations.empty() ? "none" : describe_migrations(s, o)},
        {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
        {"steps", std::to_string(s.total_steps)},
        {"batch size", std::to_string(o.batch_size)},
@@ -307,6 +324,18 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   std::unique_ptr<ConsoleReporter> reporter;
   if (rank == 0) {
     metrics = for_flag("--metrics", [&] { return std::make_unique<io::JsonlWriter>(o.metrics); });
+    // vPIPE's plan, so that its predictions can be set beside the stage records at the end.
+    for (size_t st = 0; setup.auto_plan && st < setup.auto_plan->stages.size(); ++st) {
+      const parallel::StagePlan& sp = setup.auto_plan->stages[st];
+      const auto [first, end] = setup.pipeline.partition[st];
+      metrics->write({{"type", "memory_plan"},
+                      {"stage", st},
+                      {"plan", parallel::describe_memory_plan(setup.pipeline.memory_plan, first,
+                                                              end, setup.layer_names)},
+                      {"predicted_peak_bytes", sp.memory.peak_bytes},
+                      {"predicted_forward_s", sp.time.forward_s},
+                      {"predicted_backward_s", sp.time.backward_s}});
+    }
     const bool live = o.progress == "on" || (o.progress == "auto" && isatty(fileno(stdout)));
     reporter =
         std::make_unique<ConsoleReporter>(stdout, metrics.get(), o.steps > 0 ? 0 : o.epochs, live);
@@ -450,6 +479,22 @@ Setup make_setup(const TrainOptions& o, int world_size) {
       o.memory_plan, s.layer_names,
       parallel::MemoryPlan::uniform(s.layer_names.size(), parallel::MemoryPolicy::kKeep));
   p.swap_pool_bytes = parse_bytes(o.swap_pool);
+  // --migrate-at STEP:PARTITION, checked before training (ranges as --partition writes them).
+  p.migration = parallel::parse_migration_mode(o.migration);
+  for (const std::string& spec : o.migrate_at) {
+    const size_t colon = spec.find(':');
+    STRATA_CHECK(colon != std::string::npos && colon > 0)
+        << "--migrate-at '" << spec << "': expected STEP:PARTITION, e.g. 10:0-3,4-11";
+    const std::string step = spec.substr(0, colon);
+    STRATA_CHECK(step.find_first_not_of("0123456789") == std::string::npos && step.size() < 10)
+        << "--migrate-at '" << spec << "': the step '" << step << "' is not a number";
+    parallel::Migration m;
+    m.step = std::stoll(step);
+    STRATA_CHECK(o.stages > 1) << "--migrate-at moves layers between stages: it needs --stages > 1";
+    m.partition =
+        to_ranges(parallel::parse_partition(spec.substr(colon + 1), s.layer_names, o.stages));
+    p.migrations.push_back(std::move(m));
+  }
   STRATA_CHECK(p.swap_pool_bytes > 0) << "--swap-pool must be positive, got " << o.swap_pool;
   p.grad_sync.overlap = o.dp_overlap == "on";
   p.grad_sync.bucket_mb = o.dp_bucket_mb;
@@ -518,6 +563,11 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   opt.schedule.step_size = o.lr_step_size;
   opt.schedule.gamma = o.lr_gamma;
   s.total_steps = parallel::total_steps(config, p, s.train->size());
+  for (const parallel::Migration& m : p.migrations) {
+    STRATA_CHECK(m.step >= 1 && m.step < s.total_steps)
+        << "--migrate-at " << m.step << ": the run has " << s.total_steps
+        << " steps; a migration goes before one of steps 1.." << s.total_steps - 1;
+  }
   opt.schedule.total_steps = s.total_steps;
   opt.schedule.lr_at(0);  // validates the schedule before any rank starts
 

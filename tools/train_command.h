@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace strata::tools {
 
@@ -68,6 +69,8 @@ struct TrainOptions {
   std::string memory_policy = "keep";
   std::string memory_plan;  // per-layer overrides, "RANGE:POLICY,..."
   std::string swap_pool = "8GiB";
+  std::vector<std::string> migrate_at;  // "STEP:PARTITION" re-layouts (vPIPE part 2)
+  std::string migration = "live";       // live | restart
   // Gradient all-reduce across the groups (parallel/grouped_dp.h).
   std::string dp_overlap = "on";
   double dp_bucket_mb = 25.0;

@@ -86,7 +86,9 @@ parallel::MemoryPlan TrainLayout::memory_plan(const parallel::Partition& partiti
   // memory copy; rank 0's device otherwise stands for every rank's).
   {
     CpuAllocator device_memory, pool;
-    ExecContext ctx(Device::cpu(), &device_memory, 1);
+    // --threads, as training will run: an ExecContext sets this thread's OpenMP thread count,
+    // and products summed over another count round differently.
+    ExecContext ctx(Device::cpu(), &device_memory, o_.threads);
     bandwidth_ = parallel::measure_copy_bandwidth(ctx, pool);
   }
   setting.bandwidth = bandwidth_;

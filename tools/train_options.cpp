@@ -149,6 +149,14 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--swap-pool", o.swap_pool,
                   "Host memory each swapping rank may use for swapped tensors (pinned on a GPU), "
                   "e.g. 8GiB");
+  cmd->add_option("--migrate-at", o.migrate_at,
+                  "Move layers between stages while training: STEP:PARTITION (before step STEP, "
+                  "the stages hold PARTITION, written as --partition is); may be repeated");
+  cmd->add_option("--migration", o.migration,
+                  "How --migrate-at moves layers: live (the pipeline keeps running) or restart "
+                  "(drain the pipeline, move, start again); synchronous schedules move at a step "
+                  "boundary, where both are the same")
+      ->check(CLI::IsMember({"live", "restart"}));
   cmd->add_option("--dp-overlap", o.dp_overlap,
                   "Gradient all-reduce across groups: on (per bucket, launched as soon as its "
                   "layers' last backward is done, overlapping the rest of backward) or off (after "

@@ -70,6 +70,10 @@ void TrainReports::on_log(const parallel::StepRecord& r) {
   tensorboard_->add_scalars(scalars, r.step);
 }
 
+void TrainReports::on_migration(const parallel::MigrationRecord& r) {
+  if (console_ != nullptr) console_->on_migration(r);
+}
+
 void TrainReports::on_eval(const parallel::EvalRecord& r) {
   if (console_ != nullptr) console_->on_eval(r);
   if (tensorboard_ == nullptr) return;

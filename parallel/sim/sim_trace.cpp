@@ -16,8 +16,8 @@ std::vector<std::string> timeline_events_json(const SimResult& result, int group
     if (!out[rank].empty()) out[rank] += ",\n";
     out[rank] += j.dump();
   };
-  static const char* const kThreads[] = {"compute", "comm", "transfers", "dp all-reduce"};
-  static const char* const kCategory[] = {"compute", "comm", "transfer", "dp"};
+  static const char* const kThreads[] = {"compute", "comm", "transfers", "dp all-reduce", "swap"};
+  static const char* const kCategory[] = {"compute", "comm", "transfer", "dp", "swap"};
   for (int rank = 0; rank < world; ++rank) {
     const std::string process = "rank " + std::to_string(rank) + " (group " +
                                 std::to_string(rank / stages) + ", stage " +
@@ -28,7 +28,7 @@ std::vector<std::string> timeline_events_json(const SimResult& result, int group
                   {"name", "process_sort_index"},
                   {"pid", rank},
                   {"args", {{"sort_index", rank}}}});
-    for (int tid = 0; tid < 4; ++tid) {
+    for (int tid = 0; tid < 5; ++tid) {
       append(rank, {{"ph", "M"},
                     {"name", "thread_name"},
                     {"pid", rank},

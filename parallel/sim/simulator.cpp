@@ -79,7 +79,6 @@ int steps_of(const SimConfig& c) {
   return c.grad_sync.delay > 0 && c.groups > 1 ? c.grad_sync.delay + 2 : 1;
 }
 
-
 struct Bucket {
   size_t ready_layer = 0;
   double bytes = 0.0;
@@ -401,7 +400,7 @@ bool Engine::run_one(int r, const SimInstruction& in) {
         rk.d2h_free = done;
         swap_out_done[mb_index(r, mb)] = done;
         mem(r, done, -m.swap);
-        event(r, TimelineEvent::kTransfer, "SwapOut", mb, start, done);
+        event(r, TimelineEvent::kSwap, "SwapOut", mb, start, done);
       }
       rk.busy[rk.step] += fwd[s];
       rk.clock = end;
@@ -546,7 +545,7 @@ bool Engine::run_one(int r, const SimInstruction& in) {
       rk.h2d_free = done;
       swap_in_done[mb_index(r, mb)] = done;
       mem(r, start, m.swap);
-      event(r, TimelineEvent::kTransfer, "SwapIn", mb, start, done);
+      event(r, TimelineEvent::kSwap, "SwapIn", mb, start, done);
       break;
     }
     case SimOp::kStepEnd: {

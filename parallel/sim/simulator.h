@@ -96,7 +96,7 @@ struct SimConfig {
 
 // One span of the simulated timeline (seconds from the start), as parallel/trace.h lays them out.
 struct TimelineEvent {
-  enum Lane { kCompute = 0, kComm = 1, kTransfer = 2, kGradSync = 3 };
+  enum Lane { kCompute = 0, kComm = 1, kTransfer = 2, kGradSync = 3, kSwap = 4 };
   int rank = 0;
   Lane lane = kCompute;
   std::string name;  // "Forward", "SendAct", "all-reduce bucket 0", "SwapIn", ...

@@ -1,0 +1,137 @@
+// The Trainer's layout over time: the asynchronous schedule's programs, and re-layouts of the
+// stages' layers while training runs (--migrate-at; vPIPE part 2).
+//
+// A synchronous schedule (gpipe, 1f1b) is empty at every step boundary, so layers move there:
+// every stage sends the state of the layers it loses (parameters, gradients, optimizer state,
+// running statistics: parallel/runtime/relayout.h) to their new stages and receives those it
+// gains, over a communicator of its own, and the stage's executor is made again for its new
+// layers, the optimizer's step count carried over. Nothing a step computes depends on which
+// stage ran a layer, so the run continues bitwise as without the move.
+//
+// The asynchronous schedule (async-1f1b) never empties. With --migration restart it is cut at
+// every re-layout: the run before the cut stops taking new micro-batches and drains (its program
+// ends with the backwards of those in flight), the layers move, and a new run starts with its
+// warm-up; PipeDream's staleness restarts with it, as it would after a relaunch.
+#include <algorithm>
+#include <chrono>
+
+#include "engine/check.h"
+#include "engine/log.h"
+#include "parallel/checkpointing.h"
+#include "parallel/runtime/relayout.h"
+#include "parallel/trace.h"
+#include "parallel/trainer.h"
+
+namespace strata::parallel {
+namespace {
+
+// Cuts an asynchronous program after every `per_segment`-th OptimizerStep.
+std::vector<Program> segments(const Program& program, int64_t per_segment) {
+  std::vector<Program> out(1);
+  int64_t updates = 0;
+  for (const Instruction& in : program) {
+    out.back().push_back(in);
+    if (in.op == OpCode::kOptimizerStep && ++updates % per_segment == 0) out.emplace_back();
+  }
+  if (out.back().empty()) out.pop_back();
+  return out;
+}
+
+Partition to_partition(const std::vector<std::pair<size_t, size_t>>& ranges) {
+  Partition p;
+  for (const auto& [b, e] : ranges) p.push_back({b, e});
+  return p;
+}
+
+}  // namespace
+
+MigrationMode parse_migration_mode(const std::string& name) {
+  if (name == "live") return MigrationMode::kLive;
+  if (name == "restart") return MigrationMode::kRestart;
+  STRATA_THROW() << "unknown --migration '" << name << "' (valid: live, restart)";
+}
+
+const char* migration_mode_name(MigrationMode mode) {
+  return mode == MigrationMode::kLive ? "live" : "restart";
+}
+
+std::vector<Program> Trainer::async_programs(int64_t total) const {
+  const int S = pipeline_.stages;
+  const int64_t M = pipeline_.micro_batches;
+  // The steps where a run drains and the next one starts: the re-layouts.
+  std::vector<int64_t> cuts{0};
+  for (const Migration& m : pipeline_.migrations) {
+    if (m.step > 0 && m.step < total) cuts.push_back(m.step);
+  }
+  cuts.push_back(total);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<Program> out;
+  std::vector<std::pair<size_t, size_t>> partition = pipeline_.partition;
+  for (size_t r = 0; r + 1 < cuts.size(); ++r) {
+    for (const Migration& m : pipeline_.migrations) {
+      if (m.step == cuts[r] && m.step > 0) partition = m.partition;
+    }
+    // A run of the micro-batches of steps [cuts[r], cuts[r + 1]), numbered from there.
+    const int64_t first = cuts[r] * M, count = (cuts[r + 1] - cuts[r]) * M;
+    Schedule run = make_schedule(pipeline_.schedule, S, count);
+    Program& program = run.programs[stage_];
+    for (Instruction& in : program) {
+      if (in.micro_batch >= 0) in.micro_batch += first;
+    }
+    if (pipeline_.memory_plan.uses(MemoryPolicy::kSwap, partition[stage_].first,
+                                   partition[stage_].second)) {
+      add_prefetches(&program, pipeline_.swap_lead);
+    }
+    for (Program& p : segments(program, M)) out.push_back(std::move(p));
+  }
+  STRATA_CHECK_EQ(static_cast<int64_t>(out.size()), total)
+      << "async schedule: " << out.size() << " segments for " << total << " steps";
+  return out;
+}
+
+MigrationRecord Trainer::relayout(const Migration& migration, Trace* trace) {
+  const auto start = std::chrono::steady_clock::now();
+  const Partition from = to_partition(pipeline_.partition);
+  const Partition to = to_partition(migration.partition);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < model_->size(); ++i) names.push_back(model_->layer(i).name());
+  MigrationRecord record;
+  record.step = migration.step;
+  record.mode = pipeline_.migration;
+  record.moves = describe_moves(layer_moves(from, to), names);
+  record.partition = partition_string(to, names);
+  RelayoutStats stats;
+  std::unique_ptr<graph::ParamStore> store =
+      relayout_store(*model_, *store_, from, to, stage_, migrate_.get(), ctx_.allocator(), &stats);
+  store_ = std::move(store);  // the old store goes, and with it the memory of the layers it lost
+  pipeline_.partition = migration.partition;
+  if (world_ != nullptr && world_->size() > 1) make_tied_communicator();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (trace != nullptr) {
+    trace->record_span("migration to " + record.partition, start, std::chrono::steady_clock::now());
+  }
+  // Bytes summed over the ranks, the slowest rank's time.
+  std::vector<double> totals{static_cast<double>(stats.bytes_sent + stats.bytes_received)};
+  if (world_ != nullptr && world_->size() > 1) {
+    Tensor t = Tensor::from_vector(totals, {1});
+    world_->all_reduce(t)->wait(world_->timeout(), "migration bytes");
+    Tensor slowest = Tensor::from_vector(std::vector<double>{seconds}, {1});
+    world_->all_reduce(slowest, ReduceOp::kMax)->wait(world_->timeout(), "migration time");
+    record.bytes = t.item<double>();
+    record.seconds = slowest.item<double>();
+  } else {
+    record.bytes = totals[0];
+    record.seconds = seconds;
+  }
+  if (rank_ == 0) {
+    STRATA_LOG(INFO) << "step " << migration.step << ": layers moved (" << record.moves << "), now "
+                     << record.partition << "; " << static_cast<int64_t>(record.bytes)
+                     << " bytes in " << record.seconds << " s (" << migration_mode_name(record.mode)
+                     << ")";
+  }
+  return record;
+}
+
+}  // namespace strata::parallel

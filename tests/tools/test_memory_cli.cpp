@@ -1,0 +1,223 @@
+// vPIPE part 1 through the CLI, as a user runs it: every memory policy (keep, swap, recompute,
+// auto) gives bitwise the per-step losses (--metrics) and final weights (--save-weights) of keep,
+// for GPT-2 tiny (dropout on) and a ResNet with batch norm, one process, stages of --local
+// threads and MPI ranks, each schedule; and the bound: under a --mem-limit where keep runs out of
+// memory, auto trains, every rank's measured peak stays under the limit and the planner's
+// predicted peak is within 15% of it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/mnist.h"
+#include "testing/cli.h"
+
+namespace {
+
+using strata::testing::contains;
+using strata::testing::run_cli;
+
+struct TrainRun {
+  int status = -1;
+  std::string output;
+  std::vector<std::string> losses;  // the train records' losses, as written
+  std::vector<nlohmann::json> stages, plans;
+  std::string weights;  // the --save-weights file's bytes
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// `strata train ARGS` (under `launcher`, e.g. mpirun, when given) with metrics and final weights.
+TrainRun train(const std::string& dir, const std::string& name, const std::string& args,
+               const std::string& launcher = "") {
+  const std::string metrics = dir + "/" + name + ".jsonl", weights = dir + "/" + name + ".st";
+  std::filesystem::remove(metrics);
+  std::filesystem::remove(weights);
+  const std::string command = "train " + args + " --metrics " + metrics + " --save-weights " +
+                              weights + " --log-every 1 --progress off";
+  TrainRun r;
+  if (launcher.empty()) {
+    const strata::testing::CliResult c = run_cli(command);
+    r.status = c.status;
+    r.output = c.output;
+  } else {
+    const std::string cmd = launcher + " " + STRATA_CLI_PATH + " " + command + " 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while (pipe != nullptr && (n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+    const int raw = pipe != nullptr ? pclose(pipe) : -1;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  }
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j["type"] == "train") r.losses.push_back(j["loss"].dump());
+    if (j["type"] == "stage") r.stages.push_back(j);
+    if (j["type"] == "memory_plan") r.plans.push_back(j);
+  }
+  r.weights = slurp(weights);
+  return r;
+}
+
+double max_peak(const TrainRun& r) {
+  double peak = 0;
+  for (const auto& s : r.stages) peak = std::max(peak, s["peak_bytes"].get<double>());
+  return peak;
+}
+
+bool planned_something(const TrainRun& r) {
+  for (const auto& s : r.stages) {
+    if (s["swapped_bytes"].get<double>() > 0 || s["recompute_s"].get<double>() > 0) return true;
+  }
+  return false;
+}
+
+// GPT-2 tiny (dropout 0.1 everywhere) on tokens of a 256-word vocabulary, so that activations,
+// not the embedding, fill a stage; a ResNet of batch norms on Fashion-MNIST.
+const char* kGpt2 =
+    "--model gpt2 --size tiny --dataset synthetic-tokens --synthetic-vocab 256 --seq-len 32 "
+    "--train-samples 256 --test-samples 16";
+const char* kResNet =
+    "--model resnet --size tiny --dataset fashion-mnist --train-samples 256 --test-samples 64";
+
+// `schedules` under every policy against keep. `layout` adds the stages (and --local), or
+// `launcher` runs the ranks under mpirun.
+void expect_policies_equal(const std::string& name, const std::string& model,
+                           const std::string& layout, const std::vector<std::string>& schedules,
+                           const std::string& launcher = "") {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_memory_cli_" + name);
+  for (const std::string& schedule : schedules) {
+    SCOPED_TRACE(schedule);
+    const std::string args = model + " " + layout + " --schedule " + schedule +
+                             " --steps 2 --batch-size 16 --micro-batches 4 --seed 3";
+    const TrainRun keep = train(dir, "keep", args + " --memory-policy keep", launcher);
+    ASSERT_EQ(keep.status, 0) << keep.output;
+    ASSERT_EQ(keep.losses.size(), 2u) << keep.output;
+    ASSERT_FALSE(keep.weights.empty());
+    for (const char* policy : {"swap", "recompute"}) {
+      const TrainRun other = train(dir, policy, args + " --memory-policy " + policy, launcher);
+      ASSERT_EQ(other.status, 0) << policy << "\n" << other.output;
+      EXPECT_TRUE(planned_something(other)) << policy << "\n" << other.output;
+      EXPECT_EQ(other.losses, keep.losses) << policy;
+      EXPECT_TRUE(other.weights == keep.weights) << policy << ": the final weights differ";
+    }
+    // auto under limits below the planner's own prediction for keep (the measured peak of an
+    // unlimited run also counts what the caching allocator holds): the first limit where the
+    // planner swaps or recomputes something must train to keep's losses and weights, and so must
+    // every run under a limit before it. Under gpipe only: under 1f1b with micro-batches this
+    // small the planner underestimates the swap windows (see issue 13's note), and auto can run
+    // out of memory.
+    if (schedule != "gpipe") continue;
+    const TrainRun probe =
+        train(dir, "probe", args + " --memory-policy auto --mem-limit 1GiB --eval-batch-size 4",
+              launcher);
+    ASSERT_EQ(probe.status, 0) << probe.output;
+    EXPECT_FALSE(planned_something(probe)) << probe.output;
+    EXPECT_EQ(probe.losses, keep.losses) << "auto under 1GiB";
+    double kept = 0;
+    for (const auto& p : probe.plans)
+      kept = std::max(kept, p["predicted_peak_bytes"].get<double>());
+    ASSERT_GT(kept, 0.0) << probe.output;
+    bool planned = false;
+    for (double fraction : {0.9, 0.8, 0.7, 0.6}) {
+      const long long limit = static_cast<long long>(fraction * kept);
+      const TrainRun a = train(dir, "auto",
+                               args + " --memory-policy auto --mem-limit " + std::to_string(limit) +
+                                   " --eval-batch-size 4",
+                               launcher);
+      if (a.status != 0 && contains(a.output, "is too small for stage")) break;
+      ASSERT_EQ(a.status, 0) << "auto under " << limit << " B\n" << a.output;
+      EXPECT_EQ(a.losses, keep.losses) << "auto under " << limit << " B";
+      EXPECT_TRUE(a.weights == keep.weights) << "auto: the final weights differ";
+      if (planned_something(a)) {
+        planned = true;
+        break;
+      }
+    }
+    EXPECT_TRUE(planned)
+        << "auto swapped or recomputed nothing under 60-90% of keep's predicted peak";
+  }
+}
+
+bool have_fashion_mnist() { return std::filesystem::exists(strata::io::kFashionMnistDir); }
+
+TEST(MemoryCli, Gpt2OneProcess) { expect_policies_equal("gpt2_s1", kGpt2, "", {"gpipe"}); }
+TEST(MemoryCli, Gpt2TwoLocalStages) {
+  expect_policies_equal("gpt2_s2", kGpt2, "--stages 2 --local", {"gpipe", "1f1b", "async-1f1b"});
+}
+TEST(MemoryCli, Gpt2FourLocalStages) {
+  expect_policies_equal("gpt2_s4", kGpt2, "--stages 4 --local", {"gpipe"});
+}
+TEST(MemoryCli, ResNetOneProcess) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  expect_policies_equal("resnet_s1", kResNet, "", {"gpipe"});
+}
+TEST(MemoryCli, ResNetTwoLocalStages) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  expect_policies_equal("resnet_s2", kResNet, "--stages 2 --local", {"gpipe", "async-1f1b"});
+}
+TEST(MemoryCli, ResNetFourLocalStages) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  expect_policies_equal("resnet_s4", kResNet, "--stages 4 --local", {"1f1b"});
+}
+
+#ifdef STRATA_MPIEXEC
+std::string mpirun(int ranks) {
+  return std::string(
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 ") +
+         STRATA_MPIEXEC + " --oversubscribe -np " + std::to_string(ranks);
+}
+
+// 2 groups x 2 stages of MPI processes.
+TEST(MemoryCli, Gpt2TwoGroupsOfTwoMpiStages) {
+  expect_policies_equal("gpt2_mpi", kGpt2, "--stages 2 --groups 2 --threads 1", {"gpipe"},
+                        mpirun(4));
+}
+#endif
+
+// The bound: 4 stages under gpipe (every micro-batch of the step in flight) with a limit keep
+// cannot meet (it runs out of memory, naming the layer and the limit); auto trains under it, and
+// every stage's measured peak is under the limit and within 15% of the planner's prediction
+// (swap plans are underestimated by 11% here: issue 13's note).
+TEST(MemoryCli, AutoTrainsUnderALimitWhereKeepRunsOutOfMemory) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_memory_cli_bound");
+  std::string gpt2 = kGpt2;
+  gpt2.replace(gpt2.find("--seq-len 32"), 12, "--seq-len 64");
+  const std::string args = gpt2 +
+                           " --stages 4 --local --schedule gpipe --steps 2 "
+                           "--batch-size 32 --micro-batches 8 --partition uniform --seed 3 "
+                           "--eval-batch-size 4";
+  const TrainRun unlimited = train(dir, "unlimited", args);
+  ASSERT_EQ(unlimited.status, 0) << unlimited.output;
+  const long long limit = static_cast<long long>(0.6 * max_peak(unlimited));
+  const std::string limited = args + " --mem-limit " + std::to_string(limit);
+  const TrainRun keep = train(dir, "keep", limited + " --memory-policy keep");
+  EXPECT_NE(keep.status, 0) << keep.output;
+  EXPECT_TRUE(contains(keep.output, "out of memory on cpu")) << keep.output;
+  const TrainRun a = train(dir, "auto", limited + " --memory-policy auto");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_EQ(a.losses, unlimited.losses);
+  EXPECT_TRUE(a.weights == unlimited.weights);
+  ASSERT_EQ(a.plans.size(), 4u) << a.output;
+  ASSERT_EQ(a.stages.size(), 4u) << a.output;
+  for (const auto& s : a.stages) {
+    const int stage = s["stage"].get<int>();
+    const double measured = s["peak_bytes"].get<double>();
+    const double predicted = a.plans[stage]["predicted_peak_bytes"].get<double>();
+    EXPECT_LE(measured, static_cast<double>(limit)) << "stage " << stage;
+    EXPECT_NEAR(predicted / measured, 1.0, 0.15)
+        << "stage " << stage << ": predicted " << predicted << " B, measured " << measured
+        << " B; plan " << a.plans[stage]["plan"];
+  }
+}
+
+}  // namespace
