@@ -467,6 +467,14 @@ TrainSummary Trainer::run() {
   ec.loss = config_.loss;
   ec.optimizer = config_.optimizer;
   ec.optimizer.schedule.total_steps = std::max(ec.optimizer.schedule.total_steps, total);
+  // async-1f1b updates after every micro-batch: M updates a step. The schedule is given in steps
+  // (--steps, --warmup-steps, --lr-step-size), so it runs M times slower in updates; counted in
+  // steps, the learning rate would reach the end of a cosine after 1/M of the run.
+  if (!is_synchronous(pipeline_.schedule)) {
+    ec.optimizer.schedule.total_steps *= M;
+    ec.optimizer.schedule.warmup_steps *= M;
+    ec.optimizer.schedule.step_size *= M;
+  }
   ec.optimizer.skip_non_finite = true;  // both NaN policies keep the weights of a bad step
   // --nan-policy skip: every stage skips the same updates, so they agree on the global norm.
   // Loss scaling too: every stage skips an overflow alike.
