@@ -38,6 +38,7 @@
 #include "io/text_datasets.h"
 #include "models/flops.h"
 #include "models/registry.h"
+#include "ops/cpu_runtime.h"
 #include "ops/cross_entropy.h"
 #include "ops/precision.h"
 #include "tools/bench/roofline.h"
@@ -252,8 +253,9 @@ int run_model_bench(const BenchOptions& o) {
   CpuAllocator cpu_allocator;
   ExecContext ctx(device, device.is_cpu() ? &cpu_allocator : nullptr, o.ops.threads);
   if (device.is_cuda()) cuda::set_tf32(ctx.cuda(), o.precision == "tf32");
-  const std::string device_name =
-      device.is_cuda() ? cuda_device_name(device.index) : describe_threads(ctx);
+  const std::string device_name = device.is_cuda()
+                                      ? cuda_device_name(device.index)
+                                      : describe_threads(ctx) + "; " + ops::cpu_runtime::describe();
   const DevicePeaks peaks = device.is_cuda() ? device_peaks(device_name) : DevicePeaks{};
   const double peak = peak_flops(peaks, o.precision);
 
