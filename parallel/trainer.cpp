@@ -475,7 +475,10 @@ TrainSummary Trainer::run() {
     ec.optimizer.schedule.warmup_steps *= M;
     ec.optimizer.schedule.step_size *= M;
   }
-  ec.optimizer.skip_non_finite = true;  // both NaN policies keep the weights of a bad step
+  // --nan-policy skip keeps the weights of a bad step, which needs the gradient norm before the
+  // update (so does loss scaling); under abort the updates compute it as they read the gradients
+  // and a non-finite one stops the run after the update.
+  ec.optimizer.skip_non_finite = config_.nan_policy == NanPolicy::kSkip || scaler_.enabled();
   // --nan-policy skip: every stage skips the same updates, so they agree on the global norm.
   // Loss scaling too: every stage skips an overflow alike.
   ec.global_norm = config_.nan_policy == NanPolicy::kSkip || scaler_.enabled();
@@ -580,7 +583,7 @@ TrainSummary Trainer::run() {
       if (!skipped || config_.nan_policy != NanPolicy::kSkip) {
         STRATA_THROW()
             << what.str() << "; "
-            << (skipped ? "the update was not applied (--nan-policy abort)" : "training diverged")
+            << (skipped ? "training stops (--nan-policy abort)" : "training diverged")
             << ": lower --lr, set --clip-grad-norm, or --nan-policy skip to skip such steps";
       }
       ++summary.skipped_steps;
