@@ -8,8 +8,9 @@
 #
 # Environment: BUILD_DIR, JOBS (default: all cores), CMAKE_ARGS (extra configure flags).
 # A report stops the process (UBSan without recovery; AddressSanitizer always), so the test that
-# ran it fails with the report in its output. Leak checking is on except where a process runs
-# under mpirun (Open MPI's own allocations at exit are not ours; tests/sanitize/lsan.supp).
+# ran it fails with the report in its output. Leak checking is on except for the tests that run
+# mpirun (tests/CMakeLists.txt: Open MPI's unloaded plugins' allocations are not ours) and
+# libraries' own allocations named in tests/sanitize/lsan.supp.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
