@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "engine/check.h"
 
@@ -41,26 +43,42 @@ OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSu
       << "optimizer: gradient scale " << grad_scale;
   OptimizerStepInfo info;
   info.lr = config_.schedule.lr_at(step);
-  double local = ops::sum_of_squares(ctx, store_.grads());
-  for (size_t i : store_.tied_copies()) local -= ops::sum_of_squares(ctx, store_.grad(i));
-  const double total = global_sum ? global_sum(local) : local;
-  info.grad_norm = std::sqrt(std::max(total, 0.0)) / grad_scale;
-  if (config_.skip_non_finite && !std::isfinite(total)) {
-    info.skipped = true;
-    const auto& entries = store_.param_entries();
-    for (size_t i = 0; i < entries.size() && info.first_non_finite.empty(); ++i) {
-      if (!std::isfinite(ops::sum_of_squares(ctx, store_.grad(i)))) {
-        info.first_non_finite = entries[i].full_name();
+  const auto& entries = store_.param_entries();
+  // The first parameter whose gradient's sum of squares is not finite ("" when none).
+  auto first_non_finite = [&](const std::vector<double>& sq) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (!std::isfinite(sq[i])) return entries[i].full_name();
+    }
+    return std::string();
+  };
+  // The norm is needed before the update to clip by it, to leave a non-finite step unapplied, or
+  // to unscale a scaled loss's gradients: then it is its own pass over the gradients. Otherwise
+  // each update sums the squares of its gradient in the pass that reads it (adamw_step_sq).
+  const bool norm_first =
+      config_.clip_grad_norm > 0 || config_.skip_non_finite || grad_scale != 1.0;
+  double factor = 1.0 / grad_scale;
+  if (norm_first) {
+    double local = ops::sum_of_squares(ctx, store_.grads());
+    for (size_t i : store_.tied_copies()) local -= ops::sum_of_squares(ctx, store_.grad(i));
+    const double total = global_sum ? global_sum(local) : local;
+    info.grad_norm = std::sqrt(std::max(total, 0.0)) / grad_scale;
+    if (!std::isfinite(total)) {
+      info.non_finite = true;
+      std::vector<double> sq(entries.size(), 0.0);
+      for (size_t i = 0; i < entries.size(); ++i) {
+        if (!entries[i].alias) sq[i] = ops::sum_of_squares(ctx, store_.grad(i));
+      }
+      info.first_non_finite = first_non_finite(sq);
+      if (config_.skip_non_finite) {
+        info.skipped = true;
+        return info;
       }
     }
-    return info;
+    if (config_.clip_grad_norm > 0) {
+      factor *= ops::clip_coefficient(info.grad_norm, config_.clip_grad_norm);
+    }
   }
-  double factor = 1.0 / grad_scale;
-  if (config_.clip_grad_norm > 0) {
-    factor *= ops::clip_coefficient(info.grad_norm, config_.clip_grad_norm);
-  }
-  if (factor != 1.0) ops::scale_gradients(ctx, {store_.grads()}, factor);
-  const auto& entries = store_.param_entries();
+  std::vector<double> sq(entries.size(), 0.0);  // per parameter, when the updates sum them
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].alias) continue;  // updated through its owner
     const double wd = entries[i].weight_decay ? config_.weight_decay : 0.0;
@@ -70,8 +88,13 @@ OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSu
       o.momentum = config_.momentum;
       o.nesterov = config_.nesterov;
       o.weight_decay = wd;
-      ops::sgd_step(ctx, store_.param(i), store_.grad(i),
-                    config_.momentum > 0 ? store_.state_view(0, i) : Tensor(), o, step + 1);
+      o.grad_scale = factor;
+      const Tensor buf = config_.momentum > 0 ? store_.state_view(0, i) : Tensor();
+      if (norm_first) {
+        ops::sgd_step(ctx, store_.param(i), store_.grad(i), buf, o, step + 1);
+      } else {
+        sq[i] = ops::sgd_step_sq(ctx, store_.param(i), store_.grad(i), buf, o, step + 1);
+      }
     } else {
       ops::AdamWOptions o;
       o.lr = info.lr;
@@ -79,8 +102,26 @@ OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSu
       o.beta2 = config_.beta2;
       o.eps = config_.eps;
       o.weight_decay = wd;
-      ops::adamw_step(ctx, store_.param(i), store_.grad(i), store_.state_view(0, i),
-                      store_.state_view(1, i), o, step + 1);
+      o.grad_scale = factor;
+      if (norm_first) {
+        ops::adamw_step(ctx, store_.param(i), store_.grad(i), store_.state_view(0, i),
+                        store_.state_view(1, i), o, step + 1);
+      } else {
+        sq[i] = ops::adamw_step_sq(ctx, store_.param(i), store_.grad(i), store_.state_view(0, i),
+                                   store_.state_view(1, i), o, step + 1);
+      }
+    }
+  }
+  if (!norm_first) {
+    double local = 0.0;  // copies of tied parameters owned elsewhere are counted by their owner
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].tied_to.empty()) local += sq[i];
+    }
+    const double total = global_sum ? global_sum(local) : local;
+    info.grad_norm = std::sqrt(std::max(total, 0.0));
+    if (!std::isfinite(total)) {
+      info.non_finite = true;
+      info.first_non_finite = first_non_finite(sq);
     }
   }
   return info;

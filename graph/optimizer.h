@@ -32,7 +32,10 @@ struct OptimizerConfig {
   double eps = 1e-8;            // adamw
   double clip_grad_norm = 0.0;  // 0: no clipping
   // A step whose global gradient norm is not finite (NaN or inf anywhere) leaves the parameters
-  // and the optimizer state as they are, and says so in OptimizerStepInfo.
+  // and the optimizer state as they are, and says so in OptimizerStepInfo. This needs the norm
+  // before the update, a pass over the gradients of its own; without it (and without clipping or
+  // a loss scale) the update computes the norm as it reads the gradients, and a non-finite one
+  // is reported (OptimizerStepInfo::non_finite) after the update spread it.
   bool skip_non_finite = true;
 };
 
@@ -42,10 +45,12 @@ std::vector<std::string> optimizer_slot_names(const OptimizerConfig& config);
 
 struct OptimizerStepInfo {
   double lr = 0.0;
-  double grad_norm = 0.0;  // global norm before clipping
-  bool skipped = false;    // non-finite gradient, update skipped (skip_non_finite)
-  // When skipped: the first parameter of this store ("layer.name") with a non-finite gradient,
-  // empty when this store's gradients are finite (the non-finite value is on another stage).
+  double grad_norm = 0.0;   // global norm before clipping
+  bool non_finite = false;  // the global gradient norm is not finite
+  bool skipped = false;     // non-finite gradient, update skipped (skip_non_finite)
+  // When non_finite: the first parameter of this store ("layer.name") with a non-finite
+  // gradient, empty when this store's gradients are finite (the non-finite value is on another
+  // stage).
   std::string first_non_finite;
 };
 

@@ -30,13 +30,14 @@
 // may get an empty batch (rows == 0) when b < G. Every group sees the same
 // number of steps, so the shards of one step always partition its global batch exactly.
 //
-// Threads. With num_workers > 0 the workers assemble up to `prefetch` batches ahead of the
-// consumer (a worker beyond `prefetch` stays idle); next() hands them out in step order whichever
-// worker finished first. A worker never lets an exception escape: the error of a sample reaches
-// the consumer, whose next() throws it (naming the dataset, the sample and the step) and keeps
-// throwing it until the next start_epoch. start_epoch cancels an epoch in flight, and the
-// destructor stops and joins the workers promptly: a worker checks for cancellation between
-// samples, so the wait is at most one Dataset::get().
+// Threads. Workers run at a lower priority than the training threads (nice + 10, per thread on
+// Linux), so on shared cores loading takes the time compute leaves. With num_workers > 0 the
+// workers assemble up to `prefetch` batches ahead of the consumer (a worker beyond `prefetch`
+// stays idle); next() hands them out in step order whichever worker finished first. A worker never
+// lets an exception escape: the error of a sample reaches the consumer, whose next() throws it
+// (naming the dataset, the sample and the step) and keeps throwing it until the next start_epoch.
+// start_epoch cancels an epoch in flight, and the destructor stops and joins the workers promptly:
+// a worker checks for cancellation between samples, so the wait is at most one Dataset::get().
 #pragma once
 
 #include <atomic>

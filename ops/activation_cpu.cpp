@@ -6,10 +6,13 @@
 //   u = k (x + a x^3),  k = sqrt(2 / pi),  a = 0.044715,
 //   gelu(x)  = 0.5 x (1 + tanh u)
 //   gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 a x^2)
-// which is the exact derivative of the tanh form (not of the erf form).
+// which is the exact derivative of the tanh form (not of the erf form). f32 tensors use the same
+// function through 0.5 (1 + tanh u) = sigmoid(2 u), vectorized (ops/cpu_math.h):
+//   gelu(x)  = x s,  gelu'(x) = s + 2 x s (1 - s) k (1 + 3 a x^2),  s = sigmoid(2 u).
 #include <cmath>
 
 #include "ops/activation.h"
+#include "ops/cpu_math.h"
 #include "ops/cpu_util.h"
 
 namespace strata::ops::cpu {
@@ -56,6 +59,27 @@ Tensor binary_backward(ExecContext& ctx, const Tensor& dy, const Tensor& a, cons
   return dx;
 }
 
+// The f32 GELU loops (vectorized); dy is null for the forward.
+void gelu_f32(const float* x, const float* dy, float* out, int64_t n) {
+  constexpr float k = static_cast<float>(kGeluK), a = static_cast<float>(kGeluA);
+  detail::parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+    if (dy == nullptr) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const float v = x[i];
+        out[i] = v * cpu_math::sigmoid(2.0f * k * (v + a * v * v * v));
+      }
+      return;
+    }
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      const float v = x[i];
+      const float s = cpu_math::sigmoid(2.0f * k * (v + a * v * v * v));
+      out[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * k * (1.0f + 3.0f * a * v * v));
+    }
+  });
+}
+
 }  // namespace
 
 Tensor relu_forward(ExecContext& ctx, const Tensor& x) {
@@ -69,6 +93,12 @@ Tensor relu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y) {
 }
 
 Tensor gelu_forward(ExecContext& ctx, const Tensor& x) {
+  if (x.dtype() == DType::kF32) {
+    detail::check_float(x, "gelu_forward", "x");
+    Tensor y = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
+    gelu_f32(x.data<float>(), nullptr, y.data<float>(), x.numel());
+    return y;
+  }
   return unary(ctx, x, "gelu_forward", [](auto v) {
     using T = decltype(v);
     const T u = T(kGeluK) * (v + T(kGeluA) * v * v * v);
@@ -77,6 +107,14 @@ Tensor gelu_forward(ExecContext& ctx, const Tensor& x) {
 }
 
 Tensor gelu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x) {
+  if (x.dtype() == DType::kF32 && dy.dtype() == DType::kF32) {
+    detail::check_float(dy, "gelu_backward", "dy");
+    detail::check_float(x, "gelu_backward", "x");
+    detail::check_shape(dy, x.shape(), "gelu_backward", "dy");
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
+    gelu_f32(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
+    return dx;
+  }
   return binary_backward(ctx, dy, x, "gelu_backward", "x", [](auto g, auto v) {
     using T = decltype(v);
     const T u = T(kGeluK) * (v + T(kGeluA) * v * v * v);

@@ -12,8 +12,10 @@
 // saved probs (a result from the CUDA kernel), P is recomputed as exp(scale q k^T - lse) over the
 // visible keys, which needs the masks.
 //
-// The gemms run one (b, h) at a time because the BLAS threads itself; the row-wise softmax
-// between them is split over all B H T rows with detail::parallel_for.
+// The work is split over the B H heads (detail::parallel_for): each thread runs a head's gemms
+// (single-threaded inside a parallel region: OpenBLAS's OpenMP build runs one thread there) and
+// its row softmaxes back to back, so a head's scores stay in cache between them. f32 rows take
+// vectorized exponentials (ops/cpu_math.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,6 +23,7 @@
 
 #include "ops/attention.h"
 #include "ops/blas.h"
+#include "ops/cpu_math.h"
 #include "ops/cpu_util.h"
 
 namespace strata::ops::cpu {
@@ -61,6 +64,11 @@ AttentionDims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v,
   return dims;
 }
 
+// Heads per parallel chunk: enough work (~4 T S D multiply-adds) to be worth a thread.
+int64_t head_grain(const AttentionDims& dims) {
+  return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(dims.t * dims.s * dims.d, 1));
+}
+
 // key_padding_mask (B, S) as one keep flag per key (all 1 when the mask is undefined).
 std::vector<uint8_t> key_flags(const Tensor& mask, const AttentionDims& dims, const char* op) {
   std::vector<uint8_t> flags(static_cast<size_t>(dims.b * dims.s), 1);
@@ -79,29 +87,37 @@ std::vector<uint8_t> key_flags(const Tensor& mask, const AttentionDims& dims, co
   return flags;
 }
 
+// e^x: vectorizable in f32 (ops/cpu_math.h), the library's in f64.
+inline float exp_of(float x) { return cpu_math::exp(x); }
+inline double exp_of(double x) { return std::exp(x); }
+
 // Softmax of row t of head (b, h) in place over the visible keys s: s < limit (causal) and
 // flags[s] != 0. Invisible keys and rows without any visible key get 0. Returns the row's
 // log-sum-exp (-inf without a visible key).
 template <typename T>
 T masked_softmax_row(T* row, int64_t s_len, int64_t limit, const uint8_t* flags) {
-  T m = -std::numeric_limits<T>::infinity();
-  bool any = false;
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  T m = kNegInf;
+  int64_t visible = 0;
+#pragma omp simd reduction(max : m) reduction(+ : visible)
   for (int64_t s = 0; s < limit; ++s) {
-    if (flags[s] == 0) continue;
-    m = any ? std::max(m, row[s]) : row[s];
-    any = true;
+    m = flags[s] != 0 ? std::max(m, row[s]) : m;
+    visible += flags[s] != 0;
   }
-  if (!any) {
+  if (visible == 0) {
     std::fill(row, row + s_len, T(0));
-    return -std::numeric_limits<T>::infinity();
+    return kNegInf;
   }
   double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t s = 0; s < limit; ++s) {
-    row[s] = flags[s] != 0 ? std::exp(row[s] - m) : T(0);
+    const T e = exp_of(row[s] - m);
+    row[s] = flags[s] != 0 ? e : T(0);
     sum += row[s];
   }
   std::fill(row + limit, row + s_len, T(0));
   const T inv = static_cast<T>(1.0 / sum);
+#pragma omp simd
   for (int64_t s = 0; s < limit; ++s) row[s] *= inv;
   return static_cast<T>(static_cast<double>(m) + std::log(sum));
 }
@@ -109,10 +125,27 @@ T masked_softmax_row(T* row, int64_t s_len, int64_t limit, const uint8_t* flags)
 // Probabilities recomputed from scores and lse in place (the backward without saved probs).
 template <typename T>
 void probs_from_lse_row(T* row, int64_t s_len, int64_t limit, const uint8_t* flags, T lse) {
-  const bool any = std::isfinite(static_cast<double>(lse));
-  for (int64_t s = 0; s < s_len; ++s) {
-    row[s] = any && s < limit && flags[s] != 0 ? std::exp(row[s] - lse) : T(0);
+  if (!std::isfinite(static_cast<double>(lse))) {
+    std::fill(row, row + s_len, T(0));
+    return;
   }
+#pragma omp simd
+  for (int64_t s = 0; s < limit; ++s) {
+    const T e = exp_of(row[s] - lse);
+    row[s] = flags[s] != 0 ? e : T(0);
+  }
+  std::fill(row + limit, row + s_len, T(0));
+}
+
+// dS = P (dP - rowsum(dP P)) over one row, in place of dP.
+template <typename T>
+void softmax_backward_row(const T* p_row, T* ds_row, int64_t s_len) {
+  double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t s = 0; s < s_len; ++s) dot += static_cast<double>(ds_row[s]) * p_row[s];
+  const T dt = static_cast<T>(dot);
+#pragma omp simd
+  for (int64_t s = 0; s < s_len; ++s) ds_row[s] = p_row[s] * (ds_row[s] - dt);
 }
 
 }  // namespace
@@ -137,23 +170,23 @@ AttentionResult attention_forward(ExecContext& ctx, const Tensor& q, const Tenso
     T* pp = r.probs.data<T>();
     T* po = r.out.data<T>();
     T* plse = r.lse.data<T>();
-    for (int64_t i = 0; i < heads; ++i) {  // scores (T, S) = scale q (T, D) k^T (D, S)
-      blas::gemm(ctx, false, true, t_len, s_len, d, static_cast<T>(dims.scale), pq + i * t_len * d,
-                 d, pk + i * s_len * d, d, T(0), pp + i * t_len * s_len, s_len);
-    }
-    detail::parallel_for(
-        heads * t_len, std::max<int64_t>(1, 4096 / s_len), [&](int64_t r0, int64_t r1) {
-          for (int64_t row = r0; row < r1; ++row) {
-            const int64_t t = row % t_len, b = row / t_len / dims.h;
-            const int64_t limit = options.causal ? std::min(s_len, t + causal_shift + 1) : s_len;
-            plse[row] =
-                masked_softmax_row(pp + row * s_len, s_len, limit, flags.data() + b * s_len);
-          }
-        });
-    for (int64_t i = 0; i < heads; ++i) {  // out (T, D) = probs (T, S) v (S, D)
-      blas::gemm(ctx, false, false, t_len, d, s_len, T(1), pp + i * t_len * s_len, s_len,
-                 pv + i * s_len * d, d, T(0), po + i * t_len * d, d);
-    }
+    detail::parallel_for(heads, head_grain(dims), [&](int64_t h0, int64_t h1) {
+      for (int64_t i = h0; i < h1; ++i) {
+        const int64_t b = i / dims.h;
+        T* p_i = pp + i * t_len * s_len;
+        // scores (T, S) = scale q (T, D) k^T (D, S)
+        blas::gemm(ctx, false, true, t_len, s_len, d, static_cast<T>(dims.scale),
+                   pq + i * t_len * d, d, pk + i * s_len * d, d, T(0), p_i, s_len);
+        for (int64_t t = 0; t < t_len; ++t) {
+          const int64_t limit = options.causal ? std::min(s_len, t + causal_shift + 1) : s_len;
+          plse[i * t_len + t] =
+              masked_softmax_row(p_i + t * s_len, s_len, limit, flags.data() + b * s_len);
+        }
+        // out (T, D) = probs (T, S) v (S, D)
+        blas::gemm(ctx, false, false, t_len, d, s_len, T(1), p_i, s_len, pv + i * s_len * d, d,
+                   T(0), po + i * t_len * d, d);
+      }
+    });
   });
   return r;
 }
@@ -202,58 +235,42 @@ AttentionGrads attention_backward(ExecContext& ctx, const Tensor& dout, const Te
     T* pdq = g.dq.data<T>();
     T* pdk = g.dk.data<T>();
     T* pdv = g.dv.data<T>();
-    if (!probs.defined()) {  // P = exp(scale q k^T - lse) over the visible keys
-      T* pw = p_all.data<T>();
-      const T* plse = lse.data<T>();
-      const int64_t causal_shift = std::max<int64_t>(s_len - t_len, 0);
-      for (int64_t i = 0; i < heads; ++i) {
-        blas::gemm(ctx, false, true, t_len, s_len, d, scale, pq + i * t_len * d, d,
-                   pk + i * s_len * d, d, T(0), pw + i * t_len * s_len, s_len);
+    const T* plse = probs.defined() ? nullptr : lse.data<T>();
+    T* pw = probs.defined() ? nullptr : p_all.data<T>();
+    const int64_t causal_shift = std::max<int64_t>(s_len - t_len, 0);
+    detail::parallel_for(heads, head_grain(dims), [&](int64_t h0, int64_t h1) {
+      for (int64_t i = h0; i < h1; ++i) {
+        const int64_t b = i / dims.h;
+        const T* p_i = pp + i * t_len * s_len;
+        const T* do_i = pdo + i * t_len * d;
+        T* ds_i = pds + i * t_len * s_len;
+        if (pw != nullptr) {  // P = exp(scale q k^T - lse) over the visible keys
+          T* w_i = pw + i * t_len * s_len;
+          blas::gemm(ctx, false, true, t_len, s_len, d, scale, pq + i * t_len * d, d,
+                     pk + i * s_len * d, d, T(0), w_i, s_len);
+          for (int64_t t = 0; t < t_len; ++t) {
+            const int64_t limit = options.causal ? std::min(s_len, t + causal_shift + 1) : s_len;
+            probs_from_lse_row(w_i + t * s_len, s_len, limit, flags.data() + b * s_len,
+                               plse[i * t_len + t]);
+          }
+        }
+        // dv (S, D) = P^T (S, T) dout (T, D)
+        blas::gemm(ctx, true, false, s_len, d, t_len, T(1), p_i, s_len, do_i, d, T(0),
+                   pdv + i * s_len * d, d);
+        // dP (T, S) = dout (T, D) v^T (D, S), then dS in place
+        blas::gemm(ctx, false, true, t_len, s_len, d, T(1), do_i, d, pv + i * s_len * d, d, T(0),
+                   ds_i, s_len);
+        for (int64_t t = 0; t < t_len; ++t) {
+          softmax_backward_row(p_i + t * s_len, ds_i + t * s_len, s_len);
+        }
+        // dq (T, D) = scale dS (T, S) k (S, D)
+        blas::gemm(ctx, false, false, t_len, d, s_len, scale, ds_i, s_len, pk + i * s_len * d, d,
+                   T(0), pdq + i * t_len * d, d);
+        // dk (S, D) = scale dS^T (S, T) q (T, D)
+        blas::gemm(ctx, true, false, s_len, d, t_len, scale, ds_i, s_len, pq + i * t_len * d, d,
+                   T(0), pdk + i * s_len * d, d);
       }
-      detail::parallel_for(
-          heads * t_len, std::max<int64_t>(1, 4096 / s_len), [&](int64_t r0, int64_t r1) {
-            for (int64_t row = r0; row < r1; ++row) {
-              const int64_t t = row % t_len, b = row / t_len / dims.h;
-              const int64_t limit = options.causal ? std::min(s_len, t + causal_shift + 1) : s_len;
-              probs_from_lse_row(pw + row * s_len, s_len, limit, flags.data() + b * s_len,
-                                 plse[row]);
-            }
-          });
-    }
-    for (int64_t i = 0; i < heads; ++i) {
-      const T* p_i = pp + i * t_len * s_len;
-      const T* do_i = pdo + i * t_len * d;
-      // dv (S, D) = P^T (S, T) dout (T, D)
-      blas::gemm(ctx, true, false, s_len, d, t_len, T(1), p_i, s_len, do_i, d, T(0),
-                 pdv + i * s_len * d, d);
-      // dP (T, S) = dout (T, D) v^T (D, S)
-      blas::gemm(ctx, false, true, t_len, s_len, d, T(1), do_i, d, pv + i * s_len * d, d, T(0),
-                 pds + i * t_len * s_len, s_len);
-    }
-    detail::parallel_for(heads * t_len, std::max<int64_t>(1, 4096 / s_len),
-                         [&](int64_t r0, int64_t r1) {
-                           for (int64_t row = r0; row < r1; ++row) {
-                             const T* p_row = pp + row * s_len;  // (S,)
-                             T* ds_row = pds + row * s_len;      // (S,): dP in, dS out
-                             double dot = 0.0;
-                             for (int64_t s = 0; s < s_len; ++s) {
-                               dot += static_cast<double>(ds_row[s]) * p_row[s];
-                             }
-                             const T dt = static_cast<T>(dot);
-                             for (int64_t s = 0; s < s_len; ++s) {
-                               ds_row[s] = p_row[s] * (ds_row[s] - dt);
-                             }
-                           }
-                         });
-    for (int64_t i = 0; i < heads; ++i) {
-      const T* ds_i = pds + i * t_len * s_len;
-      // dq (T, D) = scale dS (T, S) k (S, D)
-      blas::gemm(ctx, false, false, t_len, d, s_len, scale, ds_i, s_len, pk + i * s_len * d, d,
-                 T(0), pdq + i * t_len * d, d);
-      // dk (S, D) = scale dS^T (S, T) q (T, D)
-      blas::gemm(ctx, true, false, s_len, d, t_len, scale, ds_i, s_len, pq + i * t_len * d, d, T(0),
-                 pdk + i * s_len * d, d);
-    }
+    });
   });
   return g;
 }

@@ -1,5 +1,7 @@
 // OpenBLAS behind blas.h. OpenBLAS keeps one process-wide thread count; it is set from the
-// calling context before each product when it differs from the last one set.
+// calling context before each product when it differs from the last one set. A gemm called inside
+// an OpenMP parallel region runs on the calling thread alone (OpenBLAS's OpenMP build checks
+// omp_in_parallel), which is how kernels run many small products at once.
 #include "ops/blas.h"
 
 #include <cblas.h>
@@ -17,6 +19,11 @@ namespace strata::ops::blas {
 namespace {
 
 void apply_threads(const ExecContext& ctx) {
+#ifdef _OPENMP
+  // Inside a parallel region (a kernel that splits its gemms over threads), OpenBLAS's OpenMP
+  // build runs each gemm on the calling thread; its thread count is left alone.
+  if (omp_in_parallel()) return;
+#endif
   static std::atomic<int> current{-1};
   int wanted = ctx.threads();
 #ifdef _OPENMP

@@ -7,10 +7,16 @@
 // the thread count. The backward recomputes softmax from the logits (nothing is saved):
 //   dlogits_ij = dloss / normalizer * (exp(x_ij - lse_i) - q_ij).
 // Targets are validated in one serial pass before any parallel work, so errors name the row.
+//
+// f32 logits take vectorized row loops (ops/cpu_math.h): the maximum, then the exponentials in
+// f32 summed in blocks of kSumBlock (f32 lanes within a block, the block sums in double), and in
+// the backward one exponential per element, written straight to dlogits.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "ops/cpu_math.h"
 #include "ops/cpu_util.h"
 #include "ops/cross_entropy.h"
 
@@ -62,6 +68,34 @@ double log_sum_exp(const T* x, int64_t v) {
   return static_cast<double>(m) + std::log(sum);
 }
 
+constexpr int64_t kSumBlock = 1024;  // f32 exponentials summed in f32 per block, then in double
+
+float row_max_f32(const float* x, int64_t v) {
+  float m = x[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < v; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// log sum_j exp(x_j) of an f32 row, and (sum_x != nullptr) sum_j x_j, both in double.
+double log_sum_exp_f32(const float* x, int64_t v, double* sum_x) {
+  const float m = row_max_f32(x, v);
+  double sum = 0.0, total_x = 0.0;
+  for (int64_t j0 = 0; j0 < v; j0 += kSumBlock) {
+    const int64_t j1 = std::min(v, j0 + kSumBlock);
+    float block = 0.0f, block_x = 0.0f;
+#pragma omp simd reduction(+ : block, block_x)
+    for (int64_t j = j0; j < j1; ++j) {
+      block += cpu_math::exp(x[j] - m);
+      block_x += x[j];
+    }
+    sum += block;
+    total_x += block_x;
+  }
+  if (sum_x != nullptr) *sum_x = total_x;
+  return static_cast<double>(m) + std::log(sum);
+}
+
 }  // namespace
 
 Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
@@ -79,6 +113,12 @@ Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tenso
         const int64_t t = detail::index_at(targets, i);
         if (t == options.ignore_index) continue;
         const T* x = px + i * d.v;
+        if constexpr (std::is_same_v<T, float>) {
+          double sum_x = 0.0;
+          row_loss[i] = log_sum_exp_f32(x, d.v, &sum_x) - (1.0 - eps) * static_cast<double>(x[t]) -
+                        eps / static_cast<double>(d.v) * sum_x;
+          continue;
+        }
         double loss_i = log_sum_exp(x, d.v) - (1.0 - eps) * static_cast<double>(x[t]);
         if (eps > 0.0) {
           double sum_x = 0.0;
@@ -116,6 +156,15 @@ Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tens
           continue;
         }
         const T* x = px + i * d.v;
+        if constexpr (std::is_same_v<T, float>) {
+          const float lse = static_cast<float>(log_sum_exp_f32(x, d.v, nullptr));
+          const float scale = static_cast<float>(row_scale);
+          const float shift = static_cast<float>(row_scale * off_target);
+#pragma omp simd
+          for (int64_t j = 0; j < d.v; ++j) dx[j] = scale * cpu_math::exp(x[j] - lse) - shift;
+          dx[t] -= static_cast<float>(row_scale * (1.0 - eps));
+          continue;
+        }
         const double lse = log_sum_exp(x, d.v);
         for (int64_t j = 0; j < d.v; ++j) {
           const double p = std::exp(static_cast<double>(x[j]) - lse);

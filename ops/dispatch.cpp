@@ -321,6 +321,9 @@ const auto kCrossEntropyBackward = row("cross_entropy_backward", cpu::cross_entr
 const auto kTopkCorrect = row("topk_correct", cpu::topk_correct, STRATA_CUDA_KERNEL(topk_correct));
 const auto kSgdStep = row("sgd_step", cpu::sgd_step, STRATA_CUDA_KERNEL(sgd_step));
 const auto kAdamWStep = row("adamw_step", cpu::adamw_step, STRATA_CUDA_KERNEL(adamw_step));
+// CPU only: on other devices sgd_step_sq/adamw_step_sq are sum_of_squares, then the update.
+const auto kSgdStepSq = row("sgd_step_sq", cpu::sgd_step_sq, nullptr);
+const auto kAdamWStepSq = row("adamw_step_sq", cpu::adamw_step_sq, nullptr);
 const auto kSumOfSquares =
     row("sum_of_squares", cpu::sum_of_squares, STRATA_CUDA_KERNEL(sum_of_squares));
 const auto kCastCopy =
@@ -557,13 +560,37 @@ int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targe
   return call(kTopkCorrect, ctx, logits, targets, k, ignore_index);
 }
 
+// The CUDA kernels read the gradient as it is: a grad_scale other than 1 scales it in place first.
+template <typename Options>
+Options scaled_first(ExecContext& ctx, const Tensor& grad, const Options& options) {
+  if (ctx.device().is_cpu() || options.grad_scale == 1.0) return options;
+  scale_gradients(ctx, {grad}, options.grad_scale);
+  Options o = options;
+  o.grad_scale = 1.0;
+  return o;
+}
+
 void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
               const SgdOptions& options, int64_t step) {
-  call(kSgdStep, ctx, param, grad, momentum_buf, options, step);
+  call(kSgdStep, ctx, param, grad, momentum_buf, scaled_first(ctx, grad, options), step);
 }
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWOptions& options, int64_t step) {
-  call(kAdamWStep, ctx, param, grad, m, v, options, step);
+  call(kAdamWStep, ctx, param, grad, m, v, scaled_first(ctx, grad, options), step);
+}
+double sgd_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad,
+                   const Tensor& momentum_buf, const SgdOptions& options, int64_t step) {
+  if (ctx.device().is_cpu()) return call(kSgdStepSq, ctx, param, grad, momentum_buf, options, step);
+  const double sq = sum_of_squares(ctx, grad);
+  sgd_step(ctx, param, grad, momentum_buf, options, step);
+  return sq;
+}
+double adamw_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                     const Tensor& v, const AdamWOptions& options, int64_t step) {
+  if (ctx.device().is_cpu()) return call(kAdamWStepSq, ctx, param, grad, m, v, options, step);
+  const double sq = sum_of_squares(ctx, grad);
+  adamw_step(ctx, param, grad, m, v, options, step);
+  return sq;
 }
 double sum_of_squares(ExecContext& ctx, const Tensor& t) { return call(kSumOfSquares, ctx, t); }
 

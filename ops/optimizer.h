@@ -15,9 +15,12 @@ struct SgdOptions {
   double dampening = 0.0;
   bool nesterov = false;      // needs momentum > 0 and dampening == 0
   double weight_decay = 0.0;  // L2, added to the gradient
+  // The gradient is read as grad_scale * grad, rounded once in its dtype (the clipping
+  // coefficient and the inverse loss scale, without a pass of their own over the gradients).
+  double grad_scale = 1.0;
 };
 
-// g = grad + weight_decay * param
+// g = grad_scale * grad + weight_decay * param
 // buf = g on step 1, else momentum * buf + (1 - dampening) * g          (when momentum > 0)
 // g = nesterov ? g + momentum * buf : buf                               (when momentum > 0)
 // param -= lr * g
@@ -32,12 +35,22 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;  // decoupled: param *= 1 - lr * weight_decay
+  double grad_scale = 1.0;     // g = grad_scale * grad, as SgdOptions::grad_scale
 };
 
-// param *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// g = grad_scale * grad; param *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // param -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps). step counts from 1.
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWOptions& options, int64_t step);
+
+// The updates above, returning sum_of_squares(grad) of the gradient as given (before grad_scale):
+// on the CPU read in the update's own pass over the gradient, elsewhere by sum_of_squares first.
+// For an optimizer that does not need the norm before it updates (no clipping, no skipping of
+// non-finite steps) but reports it.
+double sgd_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad,
+                   const Tensor& momentum_buf, const SgdOptions& options, int64_t step);
+double adamw_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                     const Tensor& v, const AdamWOptions& options, int64_t step);
 
 // Sum of the squares of every element (accumulated in double).
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
@@ -59,14 +72,19 @@ void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const T
               const SgdOptions& options, int64_t step);
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWOptions& options, int64_t step);
+double sgd_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad,
+                   const Tensor& momentum_buf, const SgdOptions& options, int64_t step);
+double adamw_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                     const Tensor& v, const AdamWOptions& options, int64_t step);
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
 }  // namespace cpu
 
 // CUDA kernels (ops/optimizer_cuda.cu). sgd_step and adamw_step: f32 param/grad/state, one fused
-// element-wise pass computing in double as the CPU does. sum_of_squares: f32/bf16/f16, accumulated
-// in double, deterministic for a given device; synchronizes the stream to return the value.
-// scale_inplace: t = float(coef) * t in t's dtype (f32/bf16/f16), as ops::scale rounds, for
-// scale_gradients on CUDA tensors.
+// element-wise pass computing in double; options.grad_scale is applied by the dispatcher
+// (scale_inplace on the gradient first), the kernels read grad as it is. sum_of_squares:
+// f32/bf16/f16, accumulated in double, deterministic for a given device; synchronizes the stream to
+// return the value. scale_inplace: t = float(coef) * t in t's dtype (f32/bf16/f16), as ops::scale
+// rounds, for scale_gradients on CUDA tensors.
 namespace cuda {
 void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
               const SgdOptions& options, int64_t step);

@@ -1,14 +1,15 @@
 // Optimizer updates and the squared norm on the CPU.
 //
-// Updates are element-wise and memory-bound: each element's update is computed in double from
-// the stored values and rounded once per stored tensor, and state that the rule reuses (the
-// momentum buffer, Adam's moments) is read back as stored, so f32 results follow PyTorch's f32
-// arithmetic to within rounding. Scalar factors (bias corrections) are computed once in double.
-// The AdamW update is written as PyTorch writes it:
+// Updates are element-wise and memory-bound. f32 tensors are updated in f32 arithmetic, as
+// PyTorch's f32 optimizers compute, in vectorized loops; f64 tensors (the reference) in double.
+// Scalar factors (bias corrections) are computed once in double and rounded once. The AdamW
+// update is written as PyTorch writes it:
 //   param -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps),
-// which is the header's formula rearranged.
-// sum_of_squares adds fixed blocks of elements in double and then the block sums in order, so
-// the result does not depend on the thread count.
+// which is the header's formula rearranged. options.grad_scale multiplies the gradient as it is
+// read (rounded once in the gradient's dtype, as scale_gradients would).
+// sum_of_squares adds fixed blocks of elements in double (vectorized lanes within a block) and
+// then the block sums in order, so the result does not depend on the thread count. The *_sq
+// updates compute the same sum of the gradient as stored, block by block, in the update's pass.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -21,6 +22,34 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 14;
 constexpr int64_t kBlock = 1 << 12;  // elements per partial sum of sum_of_squares
+
+// Sum of x^2 over [i0, i1) in double lanes.
+template <typename T>
+double block_sum_of_squares(const T* x, int64_t i0, int64_t i1) {
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = i0; i < i1; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return acc;
+}
+
+// Runs update(i0, i1) over [0, n) in blocks of kBlock over the threads; with `sq`, also the sum of
+// squares of `g` over the same blocks (the partial sums added in block order).
+template <typename T, typename F>
+void blocked_update(int64_t n, const T* g, double* sq, F update) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(sq != nullptr ? static_cast<size_t>(blocks) : 0, 0.0);
+  detail::parallel_for(blocks, std::max<int64_t>(1, kGrain / kBlock), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i0 = b * kBlock, i1 = std::min(n, i0 + kBlock);
+      if (sq != nullptr) partial[b] = block_sum_of_squares(g, i0, i1);
+      update(i0, i1);
+    }
+  });
+  if (sq == nullptr) return;
+  double total = 0.0;
+  for (double s : partial) total += s;
+  *sq = total;
+}
 
 // A state or gradient tensor that must match param in shape and dtype.
 void check_like_param(const Tensor& t, const Tensor& param, const char* op, const char* name) {
@@ -35,8 +64,10 @@ void check_hyper(bool ok, const char* op, const char* field, double value, const
 
 }  // namespace
 
-void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-              const SgdOptions& options, int64_t step) {
+namespace {
+
+void sgd_update(ExecContext& ctx, const Tensor& param, const Tensor& grad,
+                const Tensor& momentum_buf, const SgdOptions& options, int64_t step, double* sq) {
   constexpr const char* kOp = "sgd_step";
   detail::check_float(param, kOp, "param");
   check_like_param(grad, param, kOp, "grad");
@@ -47,6 +78,7 @@ void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const T
   check_hyper(mom >= 0 && std::isfinite(mom), kOp, "momentum", mom, "finite and >= 0");
   check_hyper(std::isfinite(damp), kOp, "dampening", damp, "finite");
   check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
+  check_hyper(std::isfinite(options.grad_scale), kOp, "grad_scale", options.grad_scale, "finite");
   STRATA_CHECK(!options.nesterov || (mom > 0 && damp == 0))
       << kOp << ": options.nesterov needs momentum > 0 and dampening == 0, got momentum " << mom
       << " and dampening " << damp;
@@ -58,23 +90,30 @@ void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const T
     T* p = param.data<T>();
     const T* g = grad.data<T>();
     T* buf = use_momentum ? momentum_buf.data<T>() : nullptr;
-    detail::parallel_for(param.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+    // In T: f32 in f32, as PyTorch; f64 in double.
+    const T gs = static_cast<T>(options.grad_scale), twd = static_cast<T>(wd);
+    const T tmom = static_cast<T>(mom), tdamp = static_cast<T>(1.0 - damp);
+    const T tlr = static_cast<T>(lr);
+    const bool nesterov = options.nesterov;
+    blocked_update(param.numel(), g, sq, [&](int64_t i0, int64_t i1) {
+      if (!use_momentum) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) p[i] -= tlr * (g[i] * gs + twd * p[i]);
+        return;
+      }
+#pragma omp simd
       for (int64_t i = i0; i < i1; ++i) {
-        double d = static_cast<double>(g[i]) + wd * static_cast<double>(p[i]);
-        if (use_momentum) {
-          const T b =
-              static_cast<T>(first ? d : mom * static_cast<double>(buf[i]) + (1.0 - damp) * d);
-          buf[i] = b;
-          d = options.nesterov ? d + mom * static_cast<double>(b) : static_cast<double>(b);
-        }
-        p[i] = static_cast<T>(static_cast<double>(p[i]) - lr * d);
+        const T d = g[i] * gs + twd * p[i];
+        const T b = first ? d : tmom * buf[i] + tdamp * d;
+        buf[i] = b;
+        p[i] -= tlr * (nesterov ? d + tmom * b : b);
       }
     });
   });
 }
 
-void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
-                const Tensor& v, const AdamWOptions& options, int64_t step) {
+void adamw_update(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                  const Tensor& v, const AdamWOptions& options, int64_t step, double* sq) {
   constexpr const char* kOp = "adamw_step";
   detail::check_float(param, kOp, "param");
   check_like_param(grad, param, kOp, "grad");
@@ -88,6 +127,7 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
   check_hyper(b2 >= 0 && b2 < 1, kOp, "beta2", b2, "in [0, 1)");
   check_hyper(eps >= 0 && std::isfinite(eps), kOp, "eps", eps, "finite and >= 0");
   check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
+  check_hyper(std::isfinite(options.grad_scale), kOp, "grad_scale", options.grad_scale, "finite");
   const double t = static_cast<double>(step);
   const double step_size = lr / (1.0 - std::pow(b1, t));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
@@ -98,19 +138,49 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
     const T* g = grad.data<T>();
     T* pm = m.data<T>();
     T* pv = v.data<T>();
-    detail::parallel_for(param.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+    const T gs = static_cast<T>(options.grad_scale);
+    const T tb1 = static_cast<T>(b1), tb2 = static_cast<T>(b2);
+    const T ob1 = static_cast<T>(1.0 - b1), ob2 = static_cast<T>(1.0 - b2);
+    const T tstep = static_cast<T>(step_size), tbc2 = static_cast<T>(bc2_sqrt);
+    const T teps = static_cast<T>(eps), tdecay = static_cast<T>(decay);
+    blocked_update(param.numel(), g, sq, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
       for (int64_t i = i0; i < i1; ++i) {
-        const double gi = g[i];
-        const T mi = static_cast<T>(b1 * static_cast<double>(pm[i]) + (1.0 - b1) * gi);
-        const T vi = static_cast<T>(b2 * static_cast<double>(pv[i]) + (1.0 - b2) * gi * gi);
+        const T gi = g[i] * gs;
+        const T mi = tb1 * pm[i] + ob1 * gi;
+        const T vi = tb2 * pv[i] + ob2 * gi * gi;
         pm[i] = mi;
         pv[i] = vi;
-        const double denom = std::sqrt(static_cast<double>(vi)) / bc2_sqrt + eps;
-        p[i] = static_cast<T>(static_cast<double>(p[i]) * decay -
-                              step_size * static_cast<double>(mi) / denom);
+        p[i] = p[i] * tdecay - tstep * mi / (std::sqrt(vi) / tbc2 + teps);
       }
     });
   });
+}
+
+}  // namespace
+
+void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+              const SgdOptions& options, int64_t step) {
+  sgd_update(ctx, param, grad, momentum_buf, options, step, nullptr);
+}
+
+double sgd_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad,
+                   const Tensor& momentum_buf, const SgdOptions& options, int64_t step) {
+  double sq = 0.0;
+  sgd_update(ctx, param, grad, momentum_buf, options, step, &sq);
+  return sq;
+}
+
+void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWOptions& options, int64_t step) {
+  adamw_update(ctx, param, grad, m, v, options, step, nullptr);
+}
+
+double adamw_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                     const Tensor& v, const AdamWOptions& options, int64_t step) {
+  double sq = 0.0;
+  adamw_update(ctx, param, grad, m, v, options, step, &sq);
+  return sq;
 }
 
 double sum_of_squares(ExecContext& ctx, const Tensor& t) {
@@ -125,12 +195,7 @@ double sum_of_squares(ExecContext& ctx, const Tensor& t) {
     detail::parallel_for(
         blocks, std::max<int64_t>(1, kGrain / kBlock), [&](int64_t b0, int64_t b1) {
           for (int64_t b = b0; b < b1; ++b) {
-            double acc = 0.0;
-            for (int64_t i = b * kBlock, end = std::min(n, i + kBlock); i < end; ++i) {
-              const double xi = x[i];
-              acc += xi * xi;
-            }
-            partial[b] = acc;
+            partial[b] = block_sum_of_squares(x, b * kBlock, std::min(n, (b + 1) * kBlock));
           }
         });
   });

@@ -368,7 +368,18 @@ TrainSummary Trainer::run() {
   ec.loss = config_.loss;
   ec.optimizer = config_.optimizer;
   ec.optimizer.schedule.total_steps = std::max(ec.optimizer.schedule.total_steps, total);
-  ec.optimizer.skip_non_finite = true;  // both NaN policies keep the weights of a bad step
+  // async-1f1b updates after every micro-batch: M updates a step. The schedule is given in steps
+  // (--steps, --warmup-steps, --lr-step-size), so it runs M times slower in updates; counted in
+  // steps, the learning rate would reach the end of a cosine after 1/M of the run.
+  if (!is_synchronous(pipeline_.schedule)) {
+    ec.optimizer.schedule.total_steps *= M;
+    ec.optimizer.schedule.warmup_steps *= M;
+    ec.optimizer.schedule.step_size *= M;
+  }
+  // --nan-policy skip keeps the weights of a bad step, which needs the gradient norm before the
+  // update (so does loss scaling); under abort the updates compute it as they read the gradients
+  // and a non-finite one stops the run after the update.
+  ec.optimizer.skip_non_finite = config_.nan_policy == NanPolicy::kSkip || scaler_.enabled();
   // --nan-policy skip: every stage skips the same updates, so they agree on the global norm.
   // Loss scaling too: every stage skips an overflow alike.
   ec.global_norm = config_.nan_policy == NanPolicy::kSkip || scaler_.enabled();
@@ -512,7 +523,7 @@ TrainSummary Trainer::run() {
       if (!skipped || config_.nan_policy != NanPolicy::kSkip) {
         STRATA_THROW()
             << what.str() << "; "
-            << (skipped ? "the update was not applied (--nan-policy abort)" : "training diverged")
+            << (skipped ? "training stops (--nan-policy abort)" : "training diverged")
             << ": lower --lr, set --clip-grad-norm, or --nan-policy skip to skip such steps";
       }
       ++summary.skipped_steps;

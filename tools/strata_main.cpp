@@ -9,6 +9,7 @@
 
 #include "engine/check.h"
 #include "engine/log.h"
+#include "ops/cpu_runtime.h"
 #include "tools/bench/model_bench.h"
 #include "tools/common.h"
 #include "tools/convert_command.h"
@@ -44,6 +45,9 @@ void print_valid_flags(const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Idle OpenMP threads that sleep instead of spinning: libgomp reads its wait policy when it
+  // loads, so this may re-execute the program (ops/cpu_runtime.h).
+  strata::ops::cpu_runtime::tune_process_environment(argv);
   CLI::App app{"strata: a pipeline-parallel deep-learning training engine"};
   app.require_subcommand(1);
   // `strata --help` lists every command with every flag and its default.

@@ -27,6 +27,7 @@
 #include "io/datasets.h"
 #include "io/metrics.h"
 #include "models/registry.h"
+#include "ops/cpu_runtime.h"
 #include "ops/dispatch.h"
 #include "ops/lr_schedule.h"
 #include "parallel/checkpointing.h"
@@ -212,6 +213,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                                         : std::string())},
        {"device",
         devices + ", " + (o.threads > 0 ? std::to_string(o.threads) : "all") + " CPU threads"},
+       {"cpu runtime", ops::cpu_runtime::describe()},
        {"layout", "G=" + std::to_string(p.groups) + " group" + (p.groups == 1 ? "" : "s") +
                       " x S=" + std::to_string(p.stages) + " stage" + (p.stages == 1 ? "" : "s") +
                       " (" + std::to_string(world) + " rank" + (world == 1 ? "" : "s") + ", " +

@@ -322,7 +322,7 @@ void Executor::apply_update(StepStats* stats) {
   stats->grad_norm = info.grad_norm;
   stats->grad_sq = local_sq / (loss_scale_ * loss_scale_);  // unscaled
   ++stats->optimizer_steps;
-  if (info.skipped) {
+  if (info.skipped || info.non_finite) {  // non_finite alone: applied, the trainer stops the run
     ++stats->skipped_steps;
     stats->first_non_finite = info.first_non_finite;
   }

@@ -279,10 +279,14 @@ TEST(Optimizer, SkipsAStepWithANonFiniteGradientAndNamesTheFirstParameter) {
   EXPECT_EQ(info.first_non_finite, "bn.weight");
   EXPECT_EQ(store.params().to_vector<float>(), params);
   EXPECT_EQ(store.state(0).to_vector<float>(), m1);
-  // Without skipping (the old behaviour), the update spreads the NaN.
+  // Without skipping, the update (which sums the squares as it reads the gradients) spreads the
+  // NaN and reports it.
   config.skip_non_finite = false;
   Optimizer unguarded(store, config);
-  EXPECT_FALSE(unguarded.step(ctx, 1).skipped);
+  const OptimizerStepInfo late = unguarded.step(ctx, 1);
+  EXPECT_FALSE(late.skipped);
+  EXPECT_TRUE(late.non_finite);
+  EXPECT_EQ(late.first_non_finite, "bn.weight");
   EXPECT_TRUE(std::isnan(store.param(2).to_vector<float>()[1]));
 }
 

@@ -20,6 +20,7 @@
 #include "io/dataset.h"
 #include "models/registry.h"
 #include "ops/cross_entropy.h"
+#include "ops/lr_schedule.h"
 #include "ops/matmul.h"
 #include "ops/optimizer.h"
 #include "parallel/comm/local_comm.h"
@@ -290,6 +291,38 @@ TEST(Pipeline, AsyncScheduleStashesWeights) {
   // Stages before the last run backwards on stashed (older) weights; the last never needs to.
   EXPECT_GT(stale[0], 0);
   EXPECT_EQ(stale[S - 1], 0);
+}
+
+// async-1f1b updates after every micro-batch (M updates a step) while the learning-rate schedule
+// is given in steps: the cosine must span the whole run, not its first 1/M (where it reached 0).
+TEST(Pipeline, AsyncLearningRateScheduleSpansTheWholeRun) {
+  struct LrRecorder final : TrainObserver {
+    std::vector<double> lr;
+    void on_log(const StepRecord& r) override { lr.push_back(r.lr); }
+  };
+  auto data = std::make_shared<LinearClasses>(512, 12, 5);
+  TrainConfig config = train_config(4);
+  config.log_every = 1;
+  config.optimizer.schedule.kind = ops::LrScheduleKind::kCosine;
+  config.optimizer.schedule.total_steps = 4;
+  const PipelineConfig pipeline = layout(2, 1, 4, ScheduleKind::kAsync1F1B);
+  LrRecorder recorder;
+  LocalWorld world(2);
+  run_local_ranks(world, [&](LocalCommunicator& comm) {
+    ExecContext ctx(Device::cpu(), nullptr, 1);
+    Trainer trainer(ctx, mlp_spec(), data, nullptr, config, pipeline, &comm,
+                    comm.rank() == 0 ? &recorder : nullptr);
+    trainer.run();
+  });
+  // The last update of step s (1-based) is update 4 s - 1 of 16.
+  ops::LrSchedule expected = config.optimizer.schedule;
+  expected.total_steps = 16;
+  ASSERT_EQ(recorder.lr.size(), 4u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_GT(recorder.lr[s], 0.0) << "step " << s + 1;
+    EXPECT_NEAR(recorder.lr[s], expected.lr_at(4 * static_cast<int64_t>(s) + 3), 1e-12)
+        << "step " << s + 1;
+  }
 }
 
 TEST(Pipeline, AFailingRankStopsEveryRankQuickly) {

@@ -297,6 +297,36 @@ TEST(Cli, TrainsOnSyntheticImagesOfAnyShape) {
       << e.output;
 }
 
+// strata sleeps idle OpenMP threads (OMP_WAIT_POLICY=passive, which libgomp reads when it loads:
+// strata re-executes itself with it), unless the user chose a wait policy or a spin count.
+TEST(Cli, IdleOpenMpThreadsSleepUnlessTheUserChoseOtherwise) {
+  auto run_with = [](const std::string& env) {
+    const std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u STRATA_CPU_RUNTIME " +
+                            env + " " + STRATA_CLI_PATH +
+                            " train --model mlp --size tiny --dataset synthetic-images "
+                            "--image-size 4 --steps 1 --batch-size 8 --train-samples 16 "
+                            "--test-samples 8 --threads 1 --progress off 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    for (size_t n; pipe != nullptr && (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) {
+      out.append(buf, n);
+    }
+    const int status = pipe != nullptr ? pclose(pipe) : -1;
+    EXPECT_EQ(status, 0) << out;
+    return out;
+  };
+  std::string out = run_with("");
+  EXPECT_TRUE(contains(out, "OMP_WAIT_POLICY=passive (set by strata)")) << out;
+  out = run_with("OMP_WAIT_POLICY=active");
+  EXPECT_TRUE(contains(out, "OMP_WAIT_POLICY=active")) << out;
+  EXPECT_FALSE(contains(out, "set by strata")) << out;
+  out = run_with("GOMP_SPINCOUNT=1000");
+  EXPECT_TRUE(contains(out, "GOMP_SPINCOUNT=1000")) << out;
+  out = run_with("STRATA_CPU_RUNTIME=keep");
+  EXPECT_TRUE(contains(out, "idle OpenMP threads spin (OMP_WAIT_POLICY unset)")) << out;
+}
+
 TEST(Cli, ProfileAndBenchRun) {
   if (std::filesystem::exists(strata::io::kFashionMnistDir)) {
     const std::string dir = temp_dir("profile");

@@ -38,6 +38,7 @@
 #include "io/text_datasets.h"
 #include "models/flops.h"
 #include "models/registry.h"
+#include "ops/cpu_runtime.h"
 #include "ops/cross_entropy.h"
 #include "ops/precision.h"
 #include "tools/bench/roofline.h"
@@ -59,6 +60,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--batch-size", o.batch_size, "Samples per training step (needed with --model)");
   cmd->add_option("--seq-len", o.seq_len,
                   "gpt2, bert: tokens per sample T (0 = the model's positions: 1024 for gpt2)");
+  cmd->add_option("--vocab", o.vocab,
+                  "gpt2, bert: vocabulary of the model and the synthetic tokens (0 = the model's "
+                  "own: 50257 for gpt2 and 30522 for bert, 256 for their tiny sizes; strata train "
+                  "takes its dataset's, 50257 for GPT-2's BPE)");
   cmd->add_option("--image-size", o.image_size,
                   "Image models: side of the synthetic images (0 = 224 px and 1000 classes for "
                   "resnet 18-152 and vgg 11-19, else 32 px and 10 classes)");
@@ -138,9 +143,9 @@ struct Workload {
 Workload make_workload(const BenchOptions& o, const std::string& size) {
   Workload w;
   if (is_text_model(o.model)) {
-    // The model's own vocabulary and positions, from its spec without a dataset.
+    // The model's own vocabulary (or --vocab) and positions, from its spec without a dataset.
     const proto::ModelSpec plain = models::model_spec(o.model, size, {}, 0);
-    const int64_t vocab = plain.num_classes();
+    const int64_t vocab = o.vocab > 0 ? o.vocab : plain.num_classes();
     const int64_t positions = plain.input().shape(plain.input().shape_size() - 1);
     const int64_t t = o.seq_len > 0 ? o.seq_len : positions;
     STRATA_CHECK(t <= positions) << "--seq-len " << t << " exceeds the " << positions
@@ -157,7 +162,8 @@ Workload make_workload(const BenchOptions& o, const std::string& size) {
       w.data = std::make_shared<io::LanguageModelDataset>(source, t, vocab);
     }
     w.tokens_per_sample = t;
-    w.data_line = "synthetic-tokens, vocabulary " + std::to_string(vocab) + ", " +
+    w.data_line = "synthetic-tokens, vocabulary " + std::to_string(vocab) +
+                  (o.vocab > 0 ? " (--vocab)" : " (the model's own; --vocab sets another)") + ", " +
                   (o.model == "bert" ? "masked LM" : "next token");
   } else {
     const bool imagenet = is_imagenet_model(o.model, size);
@@ -236,6 +242,9 @@ int run_model_bench(const BenchOptions& o) {
       << "--seq-len applies to gpt2 and bert, not to " << o.model;
   STRATA_CHECK(!is_text_model(o.model) || o.image_size == 0)
       << "--image-size applies to image models, not to " << o.model;
+  STRATA_CHECK_GE(o.vocab, 0) << "--vocab must be >= 0";
+  STRATA_CHECK(is_text_model(o.model) || o.vocab == 0)
+      << "--vocab applies to gpt2 and bert, not to " << o.model;
   const Device device = resolve_device(o.device.empty() ? "auto" : o.device);
   const DType compute = compute_dtype(o.precision);
   STRATA_CHECK(device.is_cuda() || compute == DType::kF32)
@@ -252,8 +261,9 @@ int run_model_bench(const BenchOptions& o) {
   CpuAllocator cpu_allocator;
   ExecContext ctx(device, device.is_cpu() ? &cpu_allocator : nullptr, o.ops.threads);
   if (device.is_cuda()) cuda::set_tf32(ctx.cuda(), o.precision == "tf32");
-  const std::string device_name =
-      device.is_cuda() ? cuda_device_name(device.index) : describe_threads(ctx);
+  const std::string device_name = device.is_cuda()
+                                      ? cuda_device_name(device.index)
+                                      : describe_threads(ctx) + "; " + ops::cpu_runtime::describe();
   const DevicePeaks peaks = device.is_cuda() ? device_peaks(device_name) : DevicePeaks{};
   const double peak = peak_flops(peaks, o.precision);
 
@@ -264,6 +274,9 @@ int run_model_bench(const BenchOptions& o) {
   opt.kind = graph::OptimizerKind::kAdamW;
   opt.schedule.base_lr = 1e-4;
   opt.weight_decay = 0.01;
+  // As strata train by default (--nan-policy abort, no clipping): the update computes the
+  // gradient norm as it reads the gradients, with no pass of its own.
+  opt.skip_non_finite = false;
   graph::Optimizer optimizer(store, opt);
 
   // Two batches, alternating: every step sees fresh samples but no loading.
@@ -405,6 +418,7 @@ int run_model_bench(const BenchOptions& o) {
                            {"peak_memory_bytes", mem.peak}};
   if (is_text_model(o.model)) {
     record["seq_len"] = w.tokens_per_sample;
+    record["vocab"] = w.spec.num_classes();
     record["tokens_per_s"] = tokens_per_s;
   } else {
     record["image_size"] = w.data->input_spec().shape.at(1);

@@ -18,6 +18,7 @@ struct BenchOptions {
   std::string size;    // empty: the model's default size
   int64_t batch_size = 0;
   int64_t seq_len = 0;     // text models; 0: the model's positions (1024 for GPT-2)
+  int64_t vocab = 0;       // text models; 0: the model's own (256 for the tiny sizes)
   int64_t image_size = 0;  // image models; 0: 224 for ImageNet-sized models, else 32
   std::string precision = "fp32";
   std::string device;  // empty: auto with --model, cpu for the op benchmarks
