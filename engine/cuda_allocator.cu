@@ -173,8 +173,7 @@ void* CachingAllocator::allocate(size_t nbytes, const char* what) {
   auto evict = [&](size_t limit, size_t room) {
     if (!s.pending.empty()) drain_pending(&s.pending, &s.free_blocks, s.free_size);
     bool any = false;
-    while (!s.free_blocks.empty() &&
-           (limit == 0 || in_use() + s.cached + room > limit)) {
+    while (!s.free_blocks.empty() && (limit == 0 || in_use() + s.cached + room > limit)) {
       auto largest = std::prev(s.free_blocks.end());
       const size_t block_size = largest->first;
       void* ptr = largest->second;
@@ -239,8 +238,8 @@ void CachingAllocator::deallocate(void* ptr, size_t nbytes) {
         PendingBlock p{ptr, {}};
         cudaError_t failed = cudaSetDevice(device_);
         for (const OtherUse& u : block.users) {
-          const cudaError_t status = failed == cudaSuccess ? cudaEventRecord(u.event, u.stream)
-                                                           : failed;
+          const cudaError_t status =
+              failed == cudaSuccess ? cudaEventRecord(u.event, u.stream) : failed;
           if (status != cudaSuccess && failed == cudaSuccess) failed = status;
           p.events.push_back(u.event);
         }
@@ -254,8 +253,9 @@ void CachingAllocator::deallocate(void* ptr, size_t nbytes) {
           (void)cudaGetLastError();
           for (cudaEvent_t e : p.events) cudaEventDestroy(e);
           s.deferred_error = "recording the event that guards a freed block (" +
-                             format_bytes(block.size) + ") used on another stream failed: " +
-                             cuda_error(failed) + "; the block is kept out of the cache";
+                             format_bytes(block.size) +
+                             ") used on another stream failed: " + cuda_error(failed) +
+                             "; the block is kept out of the cache";
         }
       }
     }

@@ -150,8 +150,7 @@ struct StridedCopy {
 
 // Element i (row-major over the shape) from src's strides to dst's.
 template <typename E>
-__global__ void copy_strided_kernel(E* __restrict__ dst, const E* __restrict__ src,
-                                    StridedCopy c) {
+__global__ void copy_strided_kernel(E* __restrict__ dst, const E* __restrict__ src, StridedCopy c) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t rest = i, d_off = 0, s_off = 0;
@@ -195,8 +194,8 @@ void copy_strided(void* dst, const int64_t* dst_strides, const void* src,
   const unsigned blocks = static_cast<unsigned>(blocks64);
   switch (elem_size) {
     case 1:
-      copy_strided_kernel<uint8_t><<<blocks, kThreads, 0, s>>>(
-          static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), c);
+      copy_strided_kernel<uint8_t><<<blocks, kThreads, 0, s>>>(static_cast<uint8_t*>(dst),
+                                                               static_cast<const uint8_t*>(src), c);
       break;
     case 2:
       copy_strided_kernel<uint16_t><<<blocks, kThreads, 0, s>>>(

@@ -64,8 +64,9 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
               spec.shape, param_elems,       shape_numel(spec.shape),
               spec.init,  spec.weight_decay, spec.tied_to,
               false,      spec.valid_rows};
-      STRATA_CHECK(spec.valid_rows >= 0 &&
-                   (spec.valid_rows == 0 || (!spec.shape.empty() && spec.valid_rows <= spec.shape[0])))
+      STRATA_CHECK(
+          spec.valid_rows >= 0 &&
+          (spec.valid_rows == 0 || (!spec.shape.empty() && spec.valid_rows <= spec.shape[0])))
           << "parameter " << e.full_name() << " " << shape_str(spec.shape) << ": valid_rows "
           << spec.valid_rows << " must be in [0, " << (spec.shape.empty() ? 0 : spec.shape[0])
           << "]";
@@ -132,7 +133,8 @@ void ParamStore::initialize(uint64_t seed) {
     // Padding rows are drawn too (after the valid ones, row-major: the valid rows get the values
     // an unpadded parameter would), then zeroed.
     fill_init(param(i), e.init, seed, e.init_key());
-    if (e.valid_numel() < e.numel) param(i).narrow(0, e.valid_rows, e.shape[0] - e.valid_rows).zero_();
+    if (e.valid_numel() < e.numel)
+      param(i).narrow(0, e.valid_rows, e.shape[0] - e.valid_rows).zero_();
   }
   for (size_t i = 0; i < buffer_entries_.size(); ++i) {
     fill_init(buffer(i), buffer_entries_[i].init, seed, buffer_entries_[i].full_name());

@@ -46,8 +46,8 @@ class ParamStore {
     int64_t numel = 0;
     ParamInit init;
     bool weight_decay = true;
-    std::string tied_to;  // the owner's full name, when tied
-    bool alias = false;   // a view of an owner in this store (not optimized on its own)
+    std::string tied_to;     // the owner's full name, when tied
+    bool alias = false;      // a view of an owner in this store (not optimized on its own)
     int64_t valid_rows = 0;  // ParamSpec::valid_rows (0: every row holds values)
     // Elements that hold values: numel less the padding rows.
     int64_t valid_numel() const {

@@ -269,8 +269,7 @@ template <typename T>
 __global__ void eval_coef_kernel(const T* __restrict__ gamma, const T* __restrict__ beta,
                                  const float* __restrict__ running_mean,
                                  const float* __restrict__ running_var, double eps,
-                                 int64_t channels,
-                                 float2* __restrict__ coef) {
+                                 int64_t channels, float2* __restrict__ coef) {
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < channels;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const double g = gamma != nullptr ? static_cast<double>(to_f32(gamma[c])) : 1.0;
@@ -288,8 +287,8 @@ __global__ void backward_finalize_kernel(const Stat3* __restrict__ partial, int6
                                          int64_t n, const T* __restrict__ gamma,
                                          const float* __restrict__ save_mean,
                                          const float* __restrict__ save_invstd,
-                                         T* __restrict__ dgamma,
-                                         T* __restrict__ dbeta, float4* __restrict__ coef) {
+                                         T* __restrict__ dgamma, T* __restrict__ dbeta,
+                                         float4* __restrict__ coef) {
   const int64_t c = blockIdx.x;
   const Stat3 s = merge_parts<GradPolicy<T>>(partial, c, parts);
   if (threadIdx.x != 0) return;
@@ -372,7 +371,8 @@ void check_stat_tensor(const ExecContext& ctx, const char* op, const Tensor& t, 
                        const Tensor& x) {
   check_float(t, ctx, op, name);
   STRATA_CHECK(t.dtype() == DType::kF32)
-      << op << ": " << name << " must be f32 (batch-norm statistics), got " << dtype_name(t.dtype());
+      << op << ": " << name << " must be f32 (batch-norm statistics), got "
+      << dtype_name(t.dtype());
   check_shape(t, {x.size(1)}, op, name);
 }
 

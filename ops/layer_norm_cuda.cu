@@ -299,8 +299,8 @@ Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
   for (const auto& [t, name] : {std::pair{&mean, "mean"}, std::pair{&rstd, "rstd"}}) {
     cd::check_float(*t, ctx, kBackward, name);
     STRATA_CHECK(t->dtype() == DType::kF32)
-        << kBackward << ": " << name << " must be f32 (the statistics layer_norm_forward saves), got "
-        << dtype_name(t->dtype());
+        << kBackward << ": " << name
+        << " must be f32 (the statistics layer_norm_forward saves), got " << dtype_name(t->dtype());
     cd::check_shape(*t, {rows}, kBackward, name);
   }
   check_param(gamma, x, c, ctx, kBackward, "gamma");

@@ -35,9 +35,9 @@
 //   tensors; the whole device for memory without one): the staging copies run on that stream
 //   and wait for it, a CUDA-aware call is preceded by cudaStreamSynchronize. So a tensor produced
 //   by its context's ops may be passed right after they were enqueued, and a receive buffer may
-//   be memory that earlier kernels of that context used. A received tensor must not be read before its request completes; a completed
-//   request's results may be used on any stream. Not stream-ordered: the caller stream is
-//   ignored (Communicator::stream_ordered).
+//   be memory that earlier kernels of that context used. A received tensor must not be read before
+//   its request completes; a completed request's results may be used on any stream. Not
+//   stream-ordered: the caller stream is ignored (Communicator::stream_ordered).
 // - Errors from MPI calls throw strata::Error through STRATA_MPI_CHECK (parallel/comm/mpi_check.h).
 #pragma once
 

@@ -187,7 +187,8 @@ class NcclRequest final : public Request {
     state_->check_usable(op_ + " (" + what + ")");
     if (!done_event_->recorded) state_->flush();
     STRATA_CUDA_CHECK(cudaSetDevice(state_->device));
-    STRATA_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_event_->event, 0));
+    STRATA_CUDA_CHECK(
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_event_->event, 0));
   }
 
   void wait(std::chrono::milliseconds timeout, const std::string& what) override {

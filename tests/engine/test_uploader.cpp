@@ -92,7 +92,8 @@ class FakeQueue final : public UploadQueue {
     }
   };
 
-  FakeQueue(std::shared_ptr<Log> log, FakePinned* staging) : log_(std::move(log)), staging_(staging) {
+  FakeQueue(std::shared_ptr<Log> log, FakePinned* staging)
+      : log_(std::move(log)), staging_(staging) {
     staging_->pending_reads = &log_->reading;
   }
   Tensor device_tensor(const Shape& shape, DType dtype) override {
@@ -124,7 +125,9 @@ struct Rig {
   FakePinned pinned;
   std::shared_ptr<FakeQueue::Log> log = std::make_shared<FakeQueue::Log>();
   std::unique_ptr<Uploader> up;
-  Rig() { up = std::make_unique<Uploader>(Device::cuda(0), std::make_unique<FakeQueue>(log, &pinned)); }
+  Rig() {
+    up = std::make_unique<Uploader>(Device::cuda(0), std::make_unique<FakeQueue>(log, &pinned));
+  }
 };
 
 TEST(UploaderOrder, PageLockedBatchesAreSentInPlaceAndHeldUntilCopied) {
@@ -169,9 +172,9 @@ TEST(UploaderOrder, HostMemoryIsNeverFreedOrReusedBeforeItsCopyRuns) {
   std::vector<Tensor> outs;
   std::vector<const void*> sources;
   for (int i = 0; i < 40; ++i) {
-    const Tensor out =
-        i % 3 == 0 ? r.up->upload(Tensor::full({64}, i, DType::kF32))  // pageable: staged
-                   : r.up->upload(Tensor::full({64}, i, DType::kF32, &r.pinned));
+    const Tensor out = i % 3 == 0
+                           ? r.up->upload(Tensor::full({64}, i, DType::kF32))  // pageable: staged
+                           : r.up->upload(Tensor::full({64}, i, DType::kF32, &r.pinned));
     outs.push_back(out);
     sources.push_back(r.log->pending.back().src);
     EXPECT_LE(r.up->in_flight(), Uploader::kMaxInFlight);

@@ -10,8 +10,8 @@
 #include "engine/dtype.h"
 #include "ops/batch_norm.h"
 #include "ops/cross_entropy.h"
-#include "ops/layer_norm.h"
 #include "ops/elementwise.h"
+#include "ops/layer_norm.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
 #include "testing/cuda_parity.h"
@@ -161,22 +161,23 @@ TEST(Precision, NormalizationStatisticsStayF32) {
     EXPECT_TRUE(identical(ctx, rm, rm_ref, "running_mean"));
     EXPECT_TRUE(identical(ctx, rv, rv_ref, "running_var"));
     bool off_grid = false;  // the f32 statistics are not rounded to 16 bits
-    for (float v : rv.to_vector<float>()) off_grid = off_grid || rounded(Tensor::full({1}, v), d)
-                                                                         .item<float>() != v;
+    for (float v : rv.to_vector<float>())
+      off_grid = off_grid || rounded(Tensor::full({1}, v), d).item<float>() != v;
     EXPECT_TRUE(off_grid);
     // Backward with the f32 statistics; gradients of gamma and beta accumulate in 16 bits.
     const Tensor dy = random_f32({4, 3, 5}, 26);
     const Tensor dg = Tensor::zeros({3}, d), db = Tensor::zeros({3}, d);
     const Tensor dg_ref = Tensor::zeros({3}), db_ref = Tensor::zeros({3});
-    const Tensor dx = batch_norm_backward(ctx, dy.to(d), x.to(d), g.to(d), r.save_mean,
-                                          r.save_invstd, dg, db);
+    const Tensor dx =
+        batch_norm_backward(ctx, dy.to(d), x.to(d), g.to(d), r.save_mean, r.save_invstd, dg, db);
     const Tensor dx_ref = batch_norm_backward(ctx, rounded(dy, d), rounded(x, d), rounded(g, d),
                                               ref.save_mean, ref.save_invstd, dg_ref, db_ref);
     EXPECT_TRUE(identical(ctx, dx, dx_ref.to(d), "dx"));
     EXPECT_TRUE(identical(ctx, dg, dg_ref.to(d), "dgamma"));
     EXPECT_TRUE(identical(ctx, db, db_ref.to(d), "dbeta"));
     // Evaluation normalizes with the f32 running statistics.
-    EXPECT_TRUE(identical(ctx, batch_norm_forward_eval(ctx, x.to(d), g.to(d), b.to(d), rm, rv, 1e-5),
+    EXPECT_TRUE(identical(ctx,
+                          batch_norm_forward_eval(ctx, x.to(d), g.to(d), b.to(d), rm, rv, 1e-5),
                           batch_norm_forward_eval(ctx, rounded(x, d), rounded(g, d), rounded(b, d),
                                                   rm_ref, rv_ref, 1e-5)
                               .to(d),
@@ -202,14 +203,13 @@ TEST(Precision, NormalizationStatisticsStayF32) {
     EXPECT_TRUE(identical(ctx, l.rstd, lref.rstd, "layer norm rstd"));
     EXPECT_TRUE(identical(ctx, l.y, lref.y.to(d), "layer norm y"));
     const Tensor ldy = random_f32({6, 16}, 30);
-    const Tensor ldx = layer_norm_backward(ctx, ldy.to(d), lx.to(d), lg.to(d), l.mean, l.rstd,
-                                           Tensor(), Tensor());
-    const Tensor ldx_ref = layer_norm_backward(ctx, rounded(ldy, d), rounded(lx, d),
-                                               rounded(lg, d), lref.mean, lref.rstd, Tensor(),
-                                               Tensor());
+    const Tensor ldx =
+        layer_norm_backward(ctx, ldy.to(d), lx.to(d), lg.to(d), l.mean, l.rstd, Tensor(), Tensor());
+    const Tensor ldx_ref = layer_norm_backward(ctx, rounded(ldy, d), rounded(lx, d), rounded(lg, d),
+                                               lref.mean, lref.rstd, Tensor(), Tensor());
     EXPECT_TRUE(identical(ctx, ldx, ldx_ref.to(d), "layer norm dx"));
-    EXPECT_THROW(layer_norm_backward(ctx, ldy.to(d), lx.to(d), lg.to(d), l.mean.to(d),
-                                     l.rstd.to(d), Tensor(), Tensor()),
+    EXPECT_THROW(layer_norm_backward(ctx, ldy.to(d), lx.to(d), lg.to(d), l.mean.to(d), l.rstd.to(d),
+                                     Tensor(), Tensor()),
                  Error);
   }
 }

@@ -92,8 +92,9 @@ class CudaPipelineMpi : public ::testing::Test {
     Tensor have = Tensor::full({1}, cuda_device_count() > 0 ? 1.0 : 0.0, DType::kI32);
     wait(*world_->all_reduce(have), *world_, "device check");
     if (have.item<int32_t>() != world_->size()) {
-      STRATA_SKIP_WITHOUT_GPU("no CUDA device on every rank (" + ::strata::testing::why_no_cuda_device() +
-                              " on rank " + std::to_string(world_->rank()) + ")");
+      STRATA_SKIP_WITHOUT_GPU("no CUDA device on every rank (" +
+                              ::strata::testing::why_no_cuda_device() + " on rank " +
+                              std::to_string(world_->rank()) + ")");
     }
     if (world_->size() != 2) GTEST_SKIP() << "runs as 2 ranks";
     // This rank's GPU, as strata train --device cuda chooses it.

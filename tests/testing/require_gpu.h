@@ -31,24 +31,25 @@ inline std::string why_no_cuda_device() {
   if (!cuda::built_with_cuda()) return "this build has no CUDA support";
   if (cuda_device_count() > 0) return "";
   const std::string error = cuda::device_count_error();
-  return error.empty() ? "no CUDA device here" : "no CUDA device: cudaGetDeviceCount failed: " + error;
+  return error.empty() ? "no CUDA device here"
+                       : "no CUDA device: cudaGetDeviceCount failed: " + error;
 }
 
 }  // namespace strata::testing
 
 // Skips the test for `reason` (a string), or fails it under STRATA_REQUIRE_GPU=1.
-#define STRATA_SKIP_WITHOUT_GPU(reason)                                              \
-  do {                                                                               \
-    const std::string strata_skip_reason_ = (reason);                                \
-    if (::strata::testing::gpu_required()) {                                         \
-      GTEST_FAIL() << "STRATA_REQUIRE_GPU=1, but " << strata_skip_reason_;           \
-    }                                                                                \
-    GTEST_SKIP() << strata_skip_reason_;                                             \
+#define STRATA_SKIP_WITHOUT_GPU(reason)                                    \
+  do {                                                                     \
+    const std::string strata_skip_reason_ = (reason);                      \
+    if (::strata::testing::gpu_required()) {                               \
+      GTEST_FAIL() << "STRATA_REQUIRE_GPU=1, but " << strata_skip_reason_; \
+    }                                                                      \
+    GTEST_SKIP() << strata_skip_reason_;                                   \
   } while (0)
 
 // Skips (or fails, see above) unless cuda:0 exists.
-#define STRATA_REQUIRE_CUDA()                                                              \
-  do {                                                                                     \
-    const std::string strata_no_cuda_ = ::strata::testing::why_no_cuda_device();           \
-    if (!strata_no_cuda_.empty()) STRATA_SKIP_WITHOUT_GPU(strata_no_cuda_);                \
+#define STRATA_REQUIRE_CUDA()                                                    \
+  do {                                                                           \
+    const std::string strata_no_cuda_ = ::strata::testing::why_no_cuda_device(); \
+    if (!strata_no_cuda_.empty()) STRATA_SKIP_WITHOUT_GPU(strata_no_cuda_);      \
   } while (0)
