@@ -3,8 +3,9 @@
 #
 #   tools/gpu/check.sh                         # the machine's own CUDA, cuDNN, NCCL and packages
 #   tools/gpu/check.sh --kit-prefix /opt/deps  # build dependencies from the device kit
-#                                              # (../shared/device/README.md; unpacked first if
-#                                              # .devkit/debs is there and the prefix is not)
+#                                              # (../shared/device/README.md; unpacked first from
+#                                              # .devkit/debs, or --kit-debs DIR, when the prefix
+#                                              # is empty; the kit script: .devkit/kit or --kit)
 #
 # In order, each step printed as it runs and logged under --out:
 #   1. libraries: finds the CUDA driver, cudart, cuBLAS, cuBLASLt, cuDNN (and the sub-libraries it
@@ -26,12 +27,13 @@
 # there is no usable GPU.
 set -uo pipefail
 
-usage() { sed -n '2,27p' "$0"; }
-kit_prefix="" kit="" build_dir="build-gpu" out="" jobs="" bench=1 pytorch=1
+usage() { sed -n '2,28p' "$0"; }
+kit_prefix="" kit="" kit_debs=".devkit/debs" build_dir="build-gpu" out="" jobs="" bench=1 pytorch=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --kit-prefix) kit_prefix=${2:?--kit-prefix needs a directory}; shift 2;;
     --kit) kit=${2:?--kit needs the kit script}; shift 2;;
+    --kit-debs) kit_debs=${2:?--kit-debs needs a directory}; shift 2;;
     --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2;;
     --out) out=${2:?--out needs a directory}; shift 2;;
     --jobs) jobs=${2:?--jobs needs a number}; shift 2;;
@@ -70,9 +72,11 @@ if [[ -n $kit_prefix ]]; then
     for k in .devkit/kit ../shared/device/kit; do [[ -x $k ]] && { kit=$k; break; }; done
   fi
   [[ -x $kit ]] || { echo "--kit-prefix: no kit script (.devkit/kit, ../shared/device/kit; or --kit PATH)"; exit 2; }
-  if [[ ! -d $kit_prefix/usr && -d .devkit/debs ]]; then
-    "$kit" unpack .devkit/debs "$kit_prefix" >/dev/null || { echo "kit unpack into $kit_prefix failed"; exit 1; }
+  if [[ ! -d $kit_prefix/usr && -d $kit_debs ]]; then
+    "$kit" unpack "$kit_debs" "$kit_prefix" >/dev/null || { echo "kit unpack into $kit_prefix failed"; exit 1; }
+    echo "device kit: unpacked $kit_debs into $kit_prefix"
   fi
+  [[ -d $kit_prefix/usr ]] || { echo "--kit-prefix $kit_prefix holds no kit (and $kit_debs has no .deb files to unpack)"; exit 2; }
   eval "$("$kit" env "$kit_prefix")" || { echo "kit env $kit_prefix failed"; exit 1; }
   echo "device kit: $kit env $kit_prefix"
   note "device kit" ok "$kit_prefix"
