@@ -10,6 +10,7 @@
 
 #include "ops/activation.h"
 #include "ops/batch_norm.h"
+#include "ops/conv2d.h"
 #include "ops/elementwise.h"
 #include "ops/layout.h"
 #include "ops/pooling.h"
@@ -117,6 +118,22 @@ TEST(CudaLayout, ConversionsMatchTheCpu) {
   EXPECT_TRUE(identical(gpu, cl.contiguous(), x, "to_channels_last on cuda:0"));
   EXPECT_TRUE(identical(gpu, to_channels_first(gpu, cl), x, "and back"));
   EXPECT_TRUE(identical(gpu, relu_forward(gpu, cl).contiguous(), relu_forward(cpu, x), "relu"));
+  // A convolution's output is channels-last (NCHW input converted first); batch norm and ReLU
+  // keep it so, and the values are the CPU's.
+  Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  const Tensor w = random_f32({4, 5, 3, 3}, 12);
+  const Tensor y = conv2d_forward(gpu, to_device(x, gpu), to_device(w, gpu), Tensor(), p);
+  EXPECT_TRUE(is_channels_last(y));
+  const Tensor y_cpu = conv2d_forward(cpu, x, w, Tensor(), p);
+  EXPECT_TRUE(testing::parity(gpu, y, y_cpu, testing::parity_bound(testing::Precision::kF32)));
+  const BatchNormTrainResult bn =
+      batch_norm_forward_train(gpu, y, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, 1e-5);
+  EXPECT_TRUE(is_channels_last(bn.y));
+  EXPECT_TRUE(is_channels_last(relu_forward(gpu, bn.y)));
+  const BatchNormTrainResult bn_cpu =
+      batch_norm_forward_train(cpu, y_cpu, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, 1e-5);
+  EXPECT_TRUE(testing::parity(gpu, bn.y, bn_cpu.y, 1e-4));
 }
 
 }  // namespace
