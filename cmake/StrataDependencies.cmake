@@ -82,7 +82,8 @@ if(STRATA_HAVE_CUDA)
   target_link_libraries(strata_dependencies INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt)
   find_path(CUDNN_INCLUDE_DIR cudnn.h
     HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-  find_library(CUDNN_LIBRARY cudnn
+  # A wheel's lib/ holds only the versioned file (libcudnn.so.9, libnccl.so.2).
+  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9
     HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
   if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
     set(STRATA_HAVE_CUDNN ON)
@@ -93,7 +94,7 @@ if(STRATA_HAVE_CUDA)
   if(NOT STRATA_WITH_NCCL STREQUAL "OFF")
     find_path(NCCL_INCLUDE_DIR nccl.h
       HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-    find_library(NCCL_LIBRARY nccl
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
       HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
       PATH_SUFFIXES lib lib64)
     if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)

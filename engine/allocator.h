@@ -48,6 +48,12 @@ class Allocator {
   virtual size_t cached_bytes() const { return 0; }
   // Returns cached blocks to the system.
   virtual void release_cached() {}
+  // The CUDA stream (a cudaStream_t) that orders every use and reuse of this allocator's memory
+  // (a context's caching allocator: its stream), or null (host memory, or device memory with no
+  // stream order). Copies of its memory are ordered on that stream (engine/cuda_runtime.h).
+  virtual void* stream() const { return nullptr; }
+  // Host memory the device reads directly in an asynchronous copy (page-locked, cudaHostAlloc).
+  virtual bool page_locked() const { return false; }
   // 0 removes the limit. A limit below the bytes in use only refuses later allocations.
   void set_limit(size_t bytes) { limit_.store(bytes); }
   size_t limit() const { return limit_.load(); }

@@ -20,6 +20,7 @@
 
 #include "engine/cuda_check.h"
 #include "engine/exec_context.h"
+#include "engine/tensor.h"
 
 #ifdef STRATA_WITH_CUDNN
 #include <cudnn.h>
@@ -133,9 +134,6 @@ class CudaExec {
   // cuBLASLt's workspace: kBlasLtWorkspaceBytes of device memory owned by this context.
   void* blas_lt_workspace() const { return blas_lt_workspace_; }
   static constexpr size_t kBlasLtWorkspaceBytes = size_t{32} << 20;
-  // A scratch buffer of at least `bytes` for cuDNN and own kernels, valid until the next call
-  // (grown, never shrunk; reuse is safe because everything runs in order on stream()).
-  void* scratch(size_t bytes);
 
   MathMode math_mode() const { return math_mode_; }
   void set_math_mode(MathMode mode) { math_mode_ = mode; }
@@ -151,8 +149,6 @@ class CudaExec {
   cudnnHandle_t cudnn_ = nullptr;
 #endif
   void* blas_lt_workspace_ = nullptr;
-  void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
   MathMode math_mode_ = MathMode::kFp32;
   int sm_count_ = 0;
   int compute_capability_ = 0;
@@ -160,6 +156,12 @@ class CudaExec {
 
 // The CUDA state of `ctx`; throws naming the op when ctx is not on a CUDA device.
 CudaExec& exec(const ExecContext& ctx, const char* op = nullptr);
+
+// Scratch memory for cuDNN and own kernels: `bytes` (at least 1) from the context's allocator, its
+// caching allocator, so no cudaMalloc/cudaFree once warm and the bytes count against --mem-limit
+// (`what` names them in an out-of-memory error). Keep the tensor until the kernels using it are
+// enqueued; it may go right after: a later user of the block is ordered after them on the stream.
+Tensor scratch(const ExecContext& ctx, size_t bytes, const char* what);
 
 // Blocks for a 1-D launch over n elements with `threads` per block, capped at a few waves of the
 // device (kernels use grid-stride loops).

@@ -3,6 +3,9 @@
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "engine/cuda_check.h"
@@ -13,16 +16,6 @@
 namespace strata::cuda {
 
 bool built_with_cuda() { return true; }
-
-int device_count() {
-  int n = 0;
-  const cudaError_t status = cudaGetDeviceCount(&n);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky error so later calls start clean
-    return 0;
-  }
-  return n;
-}
 
 std::string device_name(int index) {
   if (index < 0 || index >= device_count()) return "";
@@ -50,36 +43,86 @@ void synchronize_device(int device) {
   STRATA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void memcpy_blocking(void* dst, Device dst_device, const void* src, Device src_device,
-                     size_t nbytes) {
-  if (nbytes == 0) return;
-  const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+void synchronize_stream(int device, void* stream) {
   STRATA_CUDA_CHECK(cudaSetDevice(device));
-  // The source may still be being written by kernels on some context's stream (ops never wait):
-  // let the device finish everything first. Copies on a hot path use memcpy_async on the
-  // stream that produced the data instead.
-  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
-    STRATA_CUDA_CHECK(cudaSetDevice(src_device.index));
+  if (stream == nullptr) {
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-    STRATA_CUDA_CHECK(cudaSetDevice(device));
+  } else {
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   }
-  cudaStream_t stream = nullptr;
-  STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const cudaError_t copy = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream);
-  const cudaError_t sync = cudaStreamSynchronize(stream);
-  STRATA_CUDA_CHECK(cudaStreamDestroy(stream));
-  STRATA_CUDA_CHECK(copy);
-  STRATA_CUDA_CHECK(sync);
 }
 
-void memset_blocking(void* dst, int value, size_t nbytes, Device device) {
-  if (nbytes == 0) return;
-  STRATA_CUDA_CHECK(cudaSetDevice(device.index));
-  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-  Stream stream(device.index);
-  STRATA_CUDA_CHECK(cudaMemsetAsync(dst, value, nbytes, stream.get()));
+namespace {
+
+// A copy on a stream of its own after the whole device(s) finished: for device memory that no
+// stream orders (CudaAllocator), outside the training path.
+void memcpy_after_device(void* dst, Device dst_device, const void* src, Device src_device,
+                         size_t nbytes) {
+  const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  if (src_device.is_cuda() && src_device.index != device) synchronize_device(src_device.index);
+  synchronize_device(device);
+  Stream stream(device);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream.get()));
   stream.synchronize();
+}
+
+}  // namespace
+
+namespace {
+
+// Enqueues the copy on the stream memcpy_blocking describes and returns that stream (null: done
+// already, the fallback for memory without a stream).
+cudaStream_t enqueue_copy(void* dst, Device dst_device, void* dst_stream, const void* src,
+                          Device src_device, void* src_stream, size_t nbytes) {
+  if ((dst_device.is_cuda() && dst_stream == nullptr) ||
+      (src_device.is_cuda() && src_stream == nullptr)) {
+    memcpy_after_device(dst, dst_device, src, src_device, nbytes);
+    return nullptr;
+  }
+  const bool on_dst = dst_device.is_cuda();
+  const int device = on_dst ? dst_device.index : src_device.index;
+  auto stream = static_cast<cudaStream_t>(on_dst ? dst_stream : src_stream);
+  if (on_dst && src_device.is_cuda() && src_stream != dst_stream) {
+    // The source's producer runs on another stream (of this device or another): order after it.
+    STRATA_CUDA_CHECK(cudaSetDevice(src_device.index));
+    Event produced;
+    produced.record(static_cast<cudaStream_t>(src_stream));
+    STRATA_CUDA_CHECK(cudaSetDevice(device));
+    produced.block(stream);
+  }
+  STRATA_CUDA_CHECK(cudaSetDevice(device));
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
+  return stream;
+}
+
+}  // namespace
+
+void memcpy_blocking(void* dst, Device dst_device, void* dst_stream, const void* src,
+                     Device src_device, void* src_stream, size_t nbytes) {
+  if (nbytes == 0) return;
+  cudaStream_t stream =
+      enqueue_copy(dst, dst_device, dst_stream, src, src_device, src_stream, nbytes);
+  if (stream != nullptr) STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void memcpy_ordered(void* dst, Device dst_device, void* dst_stream, const void* src,
+                    Device src_device, void* src_stream, size_t nbytes) {
+  if (nbytes == 0) return;
+  enqueue_copy(dst, dst_device, dst_stream, src, src_device, src_stream, nbytes);
+}
+
+void memset_blocking(void* dst, int value, size_t nbytes, Device device, void* stream) {
+  if (nbytes == 0) return;
+  if (stream == nullptr) {
+    synchronize_device(device.index);
+    Stream own(device.index);
+    STRATA_CUDA_CHECK(cudaMemsetAsync(dst, value, nbytes, own.get()));
+    own.synchronize();
+    return;
+  }
+  STRATA_CUDA_CHECK(cudaSetDevice(device.index));
+  STRATA_CUDA_CHECK(cudaMemsetAsync(dst, value, nbytes, static_cast<cudaStream_t>(stream)));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
 void memcpy_async(void* dst, const void* src, size_t nbytes, void* stream) {
@@ -91,6 +134,86 @@ void memcpy_async(void* dst, const void* src, size_t nbytes, void* stream) {
 void memset_async(void* dst, int value, size_t nbytes, void* stream) {
   if (nbytes == 0) return;
   STRATA_CUDA_CHECK(cudaMemsetAsync(dst, value, nbytes, static_cast<cudaStream_t>(stream)));
+}
+
+namespace {
+
+constexpr int kMaxStridedDims = 8;
+
+struct StridedCopy {
+  int64_t shape[kMaxStridedDims];
+  int64_t dst[kMaxStridedDims];
+  int64_t src[kMaxStridedDims];
+  int ndim;
+  int64_t n;
+};
+
+// Element i (row-major over the shape) from src's strides to dst's.
+template <typename E>
+__global__ void copy_strided_kernel(E* __restrict__ dst, const E* __restrict__ src, StridedCopy c) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i, d_off = 0, s_off = 0;
+    for (int d = c.ndim - 1; d >= 0; --d) {
+      const int64_t k = rest % c.shape[d];
+      rest /= c.shape[d];
+      d_off += k * c.dst[d];
+      s_off += k * c.src[d];
+    }
+    dst[d_off] = src[s_off];
+  }
+}
+
+}  // namespace
+
+void copy_strided(void* dst, const int64_t* dst_strides, const void* src,
+                  const int64_t* src_strides, const int64_t* shape, int ndim, size_t elem_size,
+                  int device, void* stream) {
+  STRATA_CHECK(ndim >= 0 && ndim <= kMaxStridedDims)
+      << "copy_strided: " << ndim << " dimensions (at most " << kMaxStridedDims << ")";
+  StridedCopy c{};
+  c.ndim = ndim;
+  c.n = 1;
+  for (int d = 0; d < ndim; ++d) {
+    c.shape[d] = shape[d];
+    c.dst[d] = dst_strides[d];
+    c.src[d] = src_strides[d];
+    c.n *= shape[d];
+  }
+  if (c.n == 0) return;
+  STRATA_CUDA_CHECK(cudaSetDevice(device));
+  std::unique_ptr<Stream> own;
+  if (stream == nullptr) {
+    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+    own = std::make_unique<Stream>(device);
+    stream = own->get();
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  constexpr int kThreads = 256;
+  const int64_t blocks64 = std::min<int64_t>((c.n + kThreads - 1) / kThreads, int64_t{1} << 16);
+  const unsigned blocks = static_cast<unsigned>(blocks64);
+  switch (elem_size) {
+    case 1:
+      copy_strided_kernel<uint8_t><<<blocks, kThreads, 0, s>>>(static_cast<uint8_t*>(dst),
+                                                               static_cast<const uint8_t*>(src), c);
+      break;
+    case 2:
+      copy_strided_kernel<uint16_t><<<blocks, kThreads, 0, s>>>(
+          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), c);
+      break;
+    case 4:
+      copy_strided_kernel<uint32_t><<<blocks, kThreads, 0, s>>>(
+          static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), c);
+      break;
+    case 8:
+      copy_strided_kernel<uint64_t><<<blocks, kThreads, 0, s>>>(
+          static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), c);
+      break;
+    default:
+      STRATA_THROW() << "copy_strided: elements of " << elem_size << " bytes";
+  }
+  STRATA_CUDA_LAUNCH_CHECK("copy_strided_kernel");
+  if (own != nullptr) own->synchronize();
 }
 
 struct HostEvent::State {
@@ -221,35 +344,12 @@ CudaExec::CudaExec(int device) : stream_(device) {
 CudaExec::~CudaExec() {
   cudaSetDevice(stream_.device());
   cudaStreamSynchronize(stream_.get());
-  if (scratch_ != nullptr) cudaFree(scratch_);
   if (blas_lt_workspace_ != nullptr) cudaFree(blas_lt_workspace_);
 #ifdef STRATA_WITH_CUDNN
   if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
 #endif
   if (blas_lt_ != nullptr) cublasLtDestroy(blas_lt_);
   if (blas_ != nullptr) cublasDestroy(blas_);
-}
-
-void* CudaExec::scratch(size_t bytes) {
-  if (bytes <= scratch_bytes_) return scratch_;
-  STRATA_CUDA_CHECK(cudaSetDevice(device()));
-  if (scratch_ != nullptr) {
-    // Kernels enqueued earlier may still read the old buffer.
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    STRATA_CUDA_CHECK(cudaFree(scratch_));
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-  }
-  const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
-  const cudaError_t status = cudaMalloc(&scratch_, rounded);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    scratch_ = nullptr;
-    STRATA_THROW() << "out of memory on cuda:" << device() << ": cannot allocate a workspace of "
-                   << format_bytes(rounded) << " (" << cudaGetErrorString(status) << ")";
-  }
-  scratch_bytes_ = rounded;
-  return scratch_;
 }
 
 CudaExec& exec(const ExecContext& ctx, const char* op) {
@@ -259,6 +359,12 @@ CudaExec& exec(const ExecContext& ctx, const char* op) {
   // Kernels launch on the current device: make it the context's (a thread-local setting, cheap).
   STRATA_CUDA_CHECK(cudaSetDevice(x->device()));
   return *x;
+}
+
+Tensor scratch(const ExecContext& ctx, size_t bytes, const char* what) {
+  const int64_t n = static_cast<int64_t>(bytes > 0 ? bytes : 1);
+  auto storage = std::make_shared<Storage>(ctx.allocator(), static_cast<size_t>(n), what);
+  return Tensor(std::move(storage), 0, {n}, {1}, DType::kU8);
 }
 
 CudaExec* create_exec(int device) {

@@ -15,17 +15,30 @@ namespace {
 }  // namespace
 
 bool built_with_cuda() { return false; }
-int device_count() { return 0; }
 std::string device_name(int) { return ""; }
 std::string device_uuid(int) { return ""; }
 void synchronize_device(int device) { no_cuda("synchronizing cuda:" + std::to_string(device)); }
 
-void memcpy_blocking(void*, Device dst_device, const void*, Device src_device, size_t) {
+void synchronize_stream(int device, void*) {
+  no_cuda("synchronizing a stream of cuda:" + std::to_string(device));
+}
+void memcpy_blocking(void*, Device dst_device, void*, const void*, Device src_device, void*,
+                     size_t) {
   no_cuda("copy " + src_device.str() + " -> " + dst_device.str());
 }
-void memset_blocking(void*, int, size_t, Device device) { no_cuda("memset on " + device.str()); }
+void memcpy_ordered(void*, Device dst_device, void*, const void*, Device src_device, void*,
+                    size_t) {
+  no_cuda("copy " + src_device.str() + " -> " + dst_device.str());
+}
+void memset_blocking(void*, int, size_t, Device device, void*) {
+  no_cuda("memset on " + device.str());
+}
 void memcpy_async(void*, const void*, size_t, void*) { no_cuda("asynchronous copy"); }
 void memset_async(void*, int, size_t, void*) { no_cuda("asynchronous memset"); }
+void copy_strided(void*, const int64_t*, const void*, const int64_t*, const int64_t*, int, size_t,
+                  int device, void*) {
+  no_cuda("a strided copy on cuda:" + std::to_string(device));
+}
 
 HostEvent::HostEvent(int device) { no_cuda("an event on cuda:" + std::to_string(device)); }
 HostEvent::~HostEvent() = default;

@@ -1,11 +1,51 @@
 #include "engine/device.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "engine/check.h"
 #include "engine/cuda_runtime.h"
+#include "engine/log.h"
 
 namespace strata {
+namespace cuda {
+namespace {
+
+struct DeviceProbe {
+  int count = 0;
+  std::string error;
+};
+
+// Asked once: the count does not change while the process runs, and the error is logged once.
+const DeviceProbe& device_probe() {
+  static const DeviceProbe probe = [] {
+    DeviceProbe p;
+    p.count = probe_device_count(&p.error);
+    if (p.count > 0) p.error.clear();
+    // cudaErrorNoDevice is what a machine without a GPU says, and so is an insufficient driver
+    // where no NVIDIA driver is loaded at all (a CPU machine with the toolkit); anything else is
+    // a driver, library or installation problem that would otherwise look like a machine without
+    // a GPU. The error is kept either way (device_count_error, STRATA_REQUIRE_GPU's message).
+    const bool no_driver = !std::filesystem::exists("/proc/driver/nvidia/version") &&
+                           !std::filesystem::exists("/dev/nvidia0");
+    const bool expected =
+        p.error.find("cudaErrorNoDevice") != std::string::npos ||
+        (no_driver && p.error.find("cudaErrorInsufficientDriver") != std::string::npos);
+    if (!p.error.empty() && !expected) {
+      STRATA_LOG(WARN) << "CUDA: cudaGetDeviceCount failed: " << p.error
+                       << "; running without CUDA devices";
+    }
+    return p;
+  }();
+  return probe;
+}
+
+}  // namespace
+
+int device_count() { return device_probe().count; }
+std::string device_count_error() { return device_probe().error; }
+
+}  // namespace cuda
 
 std::string Device::str() const {
   if (type == DeviceType::kCPU) return "cpu";

@@ -26,8 +26,8 @@ struct Device {
 Device parse_device(const std::string& text);
 
 // Number of CUDA devices this process can use: 0 when built without CUDA, and 0 when the driver
-// cannot be reached (cudaGetDeviceCount errors such as "driver version is insufficient" are
-// treated as no device, by design).
+// cannot be reached; such an error of cudaGetDeviceCount ("driver version is insufficient", a
+// missing library) is logged once and kept by cuda::device_count_error() (engine/cuda_runtime.h).
 int cuda_device_count();
 // "NVIDIA H100 80GB HBM3" etc.; "" when the device does not exist.
 std::string cuda_device_name(int index);

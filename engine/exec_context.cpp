@@ -26,8 +26,13 @@ ExecContext::ExecContext(Device device, Allocator* allocator, int threads) : dev
           std::make_unique<cuda::CachingAllocator>(device.index, cuda::exec_stream(cuda_.get()));
       allocator_ = owned_allocator_.get();
     }
+    pinned_ = std::make_unique<cuda::PinnedHostAllocator>();
   }
   set_threads(threads);
+}
+
+Allocator& ExecContext::host_allocator() const {
+  return pinned_ != nullptr ? *pinned_ : default_cpu_allocator();
 }
 
 void ExecContext::synchronize() const {

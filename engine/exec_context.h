@@ -34,6 +34,11 @@ class ExecContext {
 
   Device device() const { return device_; }
   Allocator& allocator() const { return *allocator_; }
+  // Host memory for data bound for this context's device (data-loader batches,
+  // DataLoaderOptions::allocator, and the Uploader's staging buffers): page-locked memory owned
+  // by the context on cuda:N (cuda::PinnedHostAllocator, cached by size), which the device reads
+  // in place; the default CPU allocator on the CPU. Tensors from it must go before the context.
+  Allocator& host_allocator() const;
   // Threads for CPU ops; 0 means the OpenMP default (all cores).
   int threads() const { return threads_; }
   void set_threads(int threads);
@@ -53,6 +58,7 @@ class ExecContext {
   std::unique_ptr<cuda::CudaExec, CudaExecDeleter> cuda_;
   std::unique_ptr<Allocator> owned_allocator_;
   Allocator* allocator_;
+  std::unique_ptr<Allocator> pinned_;  // cuda:N: host_allocator()
   int threads_ = 0;
 };
 

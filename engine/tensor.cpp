@@ -110,10 +110,9 @@ void for_each_row(const Shape& shape, const Shape& dst_strides, const Shape& src
 Tensor host_copy(const Tensor& t, const char* what) {
   STRATA_CHECK(t.defined()) << what << " on an undefined tensor";
   if (t.device().is_cpu()) return t;
-  STRATA_CHECK(t.is_contiguous()) << what << " of a strided device tensor " << t.str()
-                                  << " is not supported; make it contiguous on the device first";
-  Tensor h = Tensor::empty(t.shape(), t.dtype());
-  copy_across_devices(h, t);
+  const Tensor c = t.contiguous();  // a strided device view is gathered on the device first
+  Tensor h = Tensor::empty(c.shape(), c.dtype());
+  copy_across_devices(h, c);
   return h;
 }
 
@@ -340,9 +339,16 @@ Tensor Tensor::clone() const {
   Tensor out = empty(shape_, dtype_, &allocator());
   if (device().is_cpu()) {
     out.copy_from(*this);
-  } else {
-    STRATA_CHECK(is_contiguous()) << "clone of a strided " << str() << " is not supported";
+  } else if (is_contiguous()) {
     copy_across_devices(out, *this);
+  } else {
+    // A strided device view (a channels-last activation): gathered on the device, on the stream
+    // of its memory.
+    STRATA_CHECK(dim() <= 8) << "clone of a strided " << str() << " of more than 8 dimensions";
+    const Shape dst_strides = contiguous_strides(shape_);
+    cuda::copy_strided(out.raw_data(), dst_strides.data(), raw_data(), strides_.data(),
+                       shape_.data(), static_cast<int>(dim()), element_size(), device().index,
+                       allocator().stream());
   }
   return out;
 }
@@ -405,7 +411,7 @@ void Tensor::fill_(double value) const {
   if (!device().is_cpu()) {
     check_device_destination(*this, "fill_");
     if (value == 0.0) {
-      cuda::memset_blocking(raw_data(), 0, nbytes(), device());
+      cuda::memset_blocking(raw_data(), 0, nbytes(), device(), allocator().stream());
       return;
     }
     Tensor h = Tensor::empty(shape_, dtype_);
@@ -476,11 +482,23 @@ void copy_across_devices(const Tensor& dst, const Tensor& src) {
     std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
     return;
   }
-  cuda::memcpy_blocking(dst.raw_data(), dst.device(), src.raw_data(), src.device(), src.nbytes());
+  cuda::memcpy_blocking(dst.raw_data(), dst.device(), dst.allocator().stream(), src.raw_data(),
+                        src.device(), src.allocator().stream(), src.nbytes());
+}
+
+void copy_across_devices_async(const Tensor& dst, const Tensor& src) {
+  if (dst.defined() && src.defined() && (dst.device().is_cuda() || src.device().is_cuda()) &&
+      dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.is_contiguous() &&
+      src.is_contiguous()) {
+    cuda::memcpy_ordered(dst.raw_data(), dst.device(), dst.allocator().stream(), src.raw_data(),
+                         src.device(), src.allocator().stream(), src.nbytes());
+    return;
+  }
+  copy_across_devices(dst, src);  // host to host, or the checks and their errors
 }
 
 Tensor to_allocator(const Tensor& src, Allocator& alloc) {
-  Tensor c = src.device().is_cpu() ? src.contiguous() : src;
+  Tensor c = src.contiguous();  // a strided device view is gathered on its device first
   Tensor out = Tensor::empty(c.shape(), c.dtype(), &alloc);
   copy_across_devices(out, c);
   return out;

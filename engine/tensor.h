@@ -7,7 +7,9 @@
 //
 // A CUDA tensor's data<T>() is a device pointer. The element-wise helpers here (fill_, zero_,
 // copy_from, to(dtype), item, to_vector, from_vector) also take contiguous device tensors by
-// staging through the host: each waits for the device to finish, copies and blocks. They are for
+// staging through the host: each copies on the stream that orders the tensor's memory (its
+// allocator's, Allocator::stream(): a context's tensors come after the work enqueued on that
+// context so far) and waits for that stream, not for the rest of the device. They are for
 // initialization, checkpoints and reports; the hot path uses device ops (ops/).
 #pragma once
 
@@ -143,6 +145,10 @@ inline std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os <
 // Copies between devices (and between host allocators). Both must have the same shape and dtype
 // and be contiguous; CUDA copies go through the CUDA runtime.
 void copy_across_devices(const Tensor& dst, const Tensor& src);
+// The same copy without the host waiting for the device: ordered on the stream of the destination's
+// memory (or the source's; engine/cuda_runtime.h memcpy_ordered). For device-to-device copies on
+// a hot path (the --dp-delay gradient ring); host to host it is copy_across_devices.
+void copy_across_devices_async(const Tensor& dst, const Tensor& src);
 // A contiguous copy of `src` on `alloc`'s device.
 Tensor to_allocator(const Tensor& src, Allocator& alloc);
 

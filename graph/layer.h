@@ -43,7 +43,17 @@ struct ParamSpec {
   // a store holding only this layer keeps a copy initialized like the owner, whose gradient the
   // pipeline all-reduces with the owner's. Shapes must match. Empty: not tied.
   std::string tied_to;
+  // Rows of dimension 0 that hold values (0: all). The rows past them are padding (a vocabulary
+  // padded for the GPU, graph/transformer.h): zero from initialization on, never counted as
+  // parameters, never exported or imported (models/weight_files.h moves rows [0, valid_rows)).
+  int64_t valid_rows = 0;
 };
+
+// The elements of a parameter that hold values (the padding rows left out, see valid_rows).
+inline int64_t valid_numel(const ParamSpec& p) {
+  const int64_t n = shape_numel(p.shape);
+  return p.valid_rows > 0 && !p.shape.empty() ? n / p.shape[0] * p.valid_rows : n;
+}
 
 // One tensor flowing between layers, per sample (no batch dimension).
 struct TensorSpec {
@@ -95,6 +105,11 @@ class Layer {
 
   // Forward FLOPs of one sample (multiply-adds count 2), for throughput reporting; 0 if unknown.
   virtual double forward_flops(const TensorSpecs& inputs) const { return 0.0; }
+
+  // A head whose logits are padded (a vocabulary padded for the GPU, graph/transformer.h): how
+  // many of their columns are classes, which a loss must count (CrossEntropyOptions::num_classes);
+  // 0 otherwise (every column is one).
+  virtual int64_t logit_classes() const { return 0; }
 
  protected:
   const Tensor& param(size_t i) const;

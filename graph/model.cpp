@@ -189,7 +189,7 @@ std::string Model::summary() const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     int64_t n = 0;
     for (const ParamSpec& p : layers_[i]->param_specs()) {
-      if (p.tied_to.empty()) n += shape_numel(p.shape);  // a tied parameter counts once
+      if (p.tied_to.empty()) n += valid_numel(p);  // a tied parameter counts once
     }
     total += n;
     std::snprintf(line, sizeof(line), "%-4zu %-20s %-20s %-22s %12lld\n", i,

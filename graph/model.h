@@ -58,6 +58,9 @@ class Model {
   const Shape& input_shape() const { return specs_.front().at(0).shape; }
   DType input_dtype() const { return specs_.front().at(0).dtype; }
   const Shape& output_shape() const { return specs_.back().at(0).shape; }
+  // The classes a loss on the model's logits counts: the last layer's logit_classes() (a padded
+  // vocabulary's V), 0 when every column is a class. For CrossEntropyOptions::num_classes.
+  int64_t loss_classes() const { return layers_.empty() ? 0 : layers_.back()->logit_classes(); }
   // Forward FLOPs of one sample through layers [begin, end) (conv and linear layers).
   double forward_flops(size_t begin, size_t end) const;
 

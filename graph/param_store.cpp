@@ -63,13 +63,20 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
       Entry e{i,          layer.name(),      spec.name,
               spec.shape, param_elems,       shape_numel(spec.shape),
               spec.init,  spec.weight_decay, spec.tied_to,
-              false};
+              false,      spec.valid_rows};
+      STRATA_CHECK(
+          spec.valid_rows >= 0 &&
+          (spec.valid_rows == 0 || (!spec.shape.empty() && spec.valid_rows <= spec.shape[0])))
+          << "parameter " << e.full_name() << " " << shape_str(spec.shape) << ": valid_rows "
+          << spec.valid_rows << " must be in [0, " << (spec.shape.empty() ? 0 : spec.shape[0])
+          << "]";
       if (!spec.tied_to.empty()) {
         for (const Entry& owner : param_entries_) {
           if (owner.full_name() != spec.tied_to) continue;
-          STRATA_CHECK(owner.shape == spec.shape)
-              << "parameter " << e.full_name() << " " << shape_str(spec.shape) << " is tied to "
-              << spec.tied_to << " of shape " << shape_str(owner.shape);
+          STRATA_CHECK(owner.shape == spec.shape && owner.valid_rows == spec.valid_rows)
+              << "parameter " << e.full_name() << " " << shape_str(spec.shape) << " (valid rows "
+              << spec.valid_rows << ") is tied to " << spec.tied_to << " of shape "
+              << shape_str(owner.shape) << " (valid rows " << owner.valid_rows << ")";
           e.offset = owner.offset;
           e.weight_decay = owner.weight_decay;
           e.alias = true;
@@ -93,12 +100,13 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
   if (mixed()) {
     work_params_ = Tensor::zeros({param_elems}, compute_, allocator_);
     work_grads_ = Tensor::zeros({param_elems}, compute_, allocator_);
-    work_buffers_ = Tensor::zeros({buffer_elems}, compute_, allocator_);
   }
   // The layers compute on the working copies under mixed precision, on the masters otherwise.
+  // Buffers (running statistics) have no 16-bit copy: the layers update the f32 masters in place
+  // (ops/batch_norm.h keeps statistics in f32 under bf16/f16).
   const Tensor& bound_params = mixed() ? work_params_ : params_;
   const Tensor& bound_grads = mixed() ? work_grads_ : grads_;
-  const Tensor& bound_buffers = mixed() ? work_buffers_ : buffers_;
+  const Tensor& bound_buffers = buffers_;
   size_t pi = 0, bi = 0;
   for (size_t i = begin; i < end; ++i) {
     Layer& layer = model.layer(i);
@@ -120,8 +128,13 @@ ParamStore::~ParamStore() {
 
 void ParamStore::initialize(uint64_t seed) {
   for (size_t i = 0; i < param_entries_.size(); ++i) {
-    if (param_entries_[i].alias) continue;  // its owner's values are its values
-    fill_init(param(i), param_entries_[i].init, seed, param_entries_[i].init_key());
+    const Entry& e = param_entries_[i];
+    if (e.alias) continue;  // its owner's values are its values
+    // Padding rows are drawn too (after the valid ones, row-major: the valid rows get the values
+    // an unpadded parameter would), then zeroed.
+    fill_init(param(i), e.init, seed, e.init_key());
+    if (e.valid_numel() < e.numel)
+      param(i).narrow(0, e.valid_rows, e.shape[0] - e.valid_rows).zero_();
   }
   for (size_t i = 0; i < buffer_entries_.size(); ++i) {
     fill_init(buffer(i), buffer_entries_[i].init, seed, buffer_entries_[i].full_name());
@@ -151,19 +164,12 @@ void ParamStore::zero_grads(ExecContext& ctx) {
 
 const Tensor& ParamStore::working_params() const { return mixed() ? work_params_ : params_; }
 const Tensor& ParamStore::working_grads() const { return mixed() ? work_grads_ : grads_; }
-const Tensor& ParamStore::working_buffers() const { return mixed() ? work_buffers_ : buffers_; }
+const Tensor& ParamStore::working_buffers() const { return buffers_; }
 
-void ParamStore::load_working(ExecContext& ctx) {
-  load_working_params(ctx);
-  if (mixed() && buffers_.numel() > 0) ops::cast_copy_(ctx, work_buffers_, buffers_);
-}
+void ParamStore::load_working(ExecContext& ctx) { load_working_params(ctx); }
 
 void ParamStore::load_working_params(ExecContext& ctx) {
   if (mixed() && params_.numel() > 0) ops::cast_copy_(ctx, work_params_, params_);
-}
-
-void ParamStore::store_working_buffers(ExecContext& ctx) {
-  if (mixed() && buffers_.numel() > 0) ops::cast_copy_(ctx, buffers_, work_buffers_);
 }
 
 void ParamStore::flush_grads(ExecContext& ctx) {
@@ -204,7 +210,7 @@ Tensor ParamStore::buffer(size_t i) const {
 
 int64_t ParamStore::num_params() const {
   int64_t n = 0;
-  for (const Entry& e : param_entries_) n += e.alias ? 0 : e.numel;
+  for (const Entry& e : param_entries_) n += e.alias ? 0 : e.valid_numel();
   return n;
 }
 
@@ -239,8 +245,7 @@ Tensor ParamStore::bound_buffers(size_t first_layer, size_t end_layer) const {
     end = e.offset + e.numel;
   }
   if (begin < 0) return Tensor();
-  const Tensor& flat = mixed() ? work_buffers_ : buffers_;
-  return flat.narrow(0, begin, end - begin);
+  return buffers_.narrow(0, begin, end - begin);  // the layers are bound to the f32 statistics
 }
 
 }  // namespace strata::graph

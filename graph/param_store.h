@@ -7,11 +7,12 @@
 //
 // Mixed precision (`compute` bf16 or f16, --precision): the flat buffers above stay f32 (the
 // master weights, gradients, statistics and optimizer state the optimizer, all-reduces and
-// checkpoints see), and the layers are bound to 16-bit working copies of the same layout instead.
+// checkpoints see), and the layers are bound to 16-bit working copies of the parameters and
+// gradients instead; the running statistics have no 16-bit copy (the normalization ops keep
+// statistics in f32, as the frameworks do), the layers update the f32 buffers in place.
 // The training loop refreshes the working weights from the masters before computing
-// (load_working), moves what a backward pass wrote into the 16-bit gradients over to the f32 ones
-// (flush_grads, flush_layer_grads: the 16-bit ones are zero again after), and copies the running
-// statistics the forward passes updated back to the masters (store_working_buffers).
+// (load_working) and moves what a backward pass wrote into the 16-bit gradients over to the f32
+// ones (flush_grads, flush_layer_grads: the 16-bit ones are zero again after).
 //
 // Tied parameters (ParamSpec::tied_to): when the owner is in the same store, the tied entry is an
 // alias, a second view of the owner's storage, so both layers read one weight and add into one
@@ -44,8 +45,13 @@ class ParamStore {
     int64_t numel = 0;
     ParamInit init;
     bool weight_decay = true;
-    std::string tied_to;  // the owner's full name, when tied
-    bool alias = false;   // a view of an owner in this store (not optimized on its own)
+    std::string tied_to;     // the owner's full name, when tied
+    bool alias = false;      // a view of an owner in this store (not optimized on its own)
+    int64_t valid_rows = 0;  // ParamSpec::valid_rows (0: every row holds values)
+    // Elements that hold values: numel less the padding rows.
+    int64_t valid_numel() const {
+      return valid_rows > 0 && !shape.empty() ? numel / shape[0] * valid_rows : numel;
+    }
     std::string full_name() const { return layer + "." + name; }
     // The name the values are keyed by: the owner's for a tied parameter.
     std::string init_key() const { return tied_to.empty() ? full_name() : tied_to; }
@@ -77,7 +83,8 @@ class ParamStore {
   Tensor param(size_t i) const;
   Tensor grad(size_t i) const;
   Tensor buffer(size_t i) const;
-  // Parameters (trainable elements, without alignment padding; an alias counts once).
+  // Parameters (trainable elements, without alignment padding or padding rows; an alias counts
+  // once).
   int64_t num_params() const;
   // Entries that are copies of a tied owner held by another store.
   std::vector<size_t> tied_copies() const;
@@ -89,17 +96,15 @@ class ParamStore {
   bool mixed() const { return compute_ != dtype_; }
   const Tensor& working_params() const;   // (num_params,) in compute_dtype()
   const Tensor& working_grads() const;    // (num_params,) in compute_dtype()
-  const Tensor& working_buffers() const;  // (num_buffer_elements,) in compute_dtype()
+  const Tensor& working_buffers() const;  // buffers(): statistics are f32 in every precision
   // The buffers (running statistics) that the store's layers of [first_layer, end_layer) are
-  // bound to, as one slice of the flat buffer (the working copies under mixed precision);
-  // undefined when those layers have none. A recomputed forward saves and restores them, so that
-  // replaying a forward does not update running statistics twice.
+  // bound to, as one slice of the flat buffer; undefined when those layers have none. A
+  // recomputed forward saves and restores them, so that replaying a forward does not update
+  // running statistics twice.
   Tensor bound_buffers(size_t first_layer, size_t end_layer) const;
-  // Working weights and statistics = the masters, rounded.
+  // Working weights = the masters, rounded.
   void load_working(ExecContext& ctx);
   void load_working_params(ExecContext& ctx);
-  // Master statistics = the working ones.
-  void store_working_buffers(ExecContext& ctx);
   // Master gradients += the working ones (of every layer, or of the store's layer `layer_index`
   // of the model, aliases excluded: an alias's gradient moves with its owner's), which become 0.
   void flush_grads(ExecContext& ctx);
@@ -121,7 +126,7 @@ class ParamStore {
   DType compute_;
   std::vector<Entry> param_entries_, buffer_entries_;
   Tensor params_, grads_, buffers_;
-  Tensor work_params_, work_grads_, work_buffers_;  // mixed precision only
+  Tensor work_params_, work_grads_;  // mixed precision only
   std::vector<Tensor> state_;
 };
 

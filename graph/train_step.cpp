@@ -38,12 +38,14 @@ BatchMetrics train_forward_backward(ExecContext& ctx, Model& model, const Tensor
   const TensorList out = model.forward(ctx, 0, model.size(), {input}, tape, fwd, profiler);
   STRATA_CHECK_EQ(out.size(), 1u) << "model " << model.name() << " must end in one output";
   const Flat f = flatten_for_loss(out[0], target);
+  ops::CrossEntropyOptions counted = loss;  // a padded vocabulary's padding is no class
+  if (counted.num_classes == 0) counted.num_classes = model.loss_classes();
   BatchMetrics m;
   m.loss =
-      ops::cross_entropy_forward(ctx, f.logits, f.targets, loss).to(DType::kF64).item<double>();
+      ops::cross_entropy_forward(ctx, f.logits, f.targets, counted).to(DType::kF64).item<double>();
   m.counted = ops::count_targets(f.targets, loss.ignore_index);
   count_correct(ctx, f, loss.ignore_index, &m);
-  Tensor dlogits = ops::cross_entropy_backward(ctx, f.logits, f.targets, loss, 1.0);
+  Tensor dlogits = ops::cross_entropy_backward(ctx, f.logits, f.targets, counted, 1.0);
   model.backward(ctx, 0, model.size(), {dlogits.view(out[0].shape())}, tape, profiler);
   return m;
 }
@@ -59,6 +61,7 @@ BatchMetrics evaluate_batch(ExecContext& ctx, Model& model, const Tensor& input,
   const Flat f = flatten_for_loss(out[0], target);
   ops::CrossEntropyOptions loss;
   loss.ignore_index = ignore_index;
+  loss.num_classes = model.loss_classes();
   BatchMetrics m;
   m.loss =
       ops::cross_entropy_forward(ctx, f.logits, f.targets, loss).to(DType::kF64).item<double>();

@@ -5,7 +5,7 @@
 //   pre-norm (GPT-2):  x2 = x + attn(ln_1(x));          y = x2 + mlp(ln_2(x2))
 //   post-norm (BERT):  x2 = ln_1(x + attn(x));          y = ln_2(x2 + mlp(x2))
 //   attn(h) = drop_r(c_proj(drop_a(merge(attention(split(c_attn(h)))))))
-//   mlp(h)  = drop_r(c_proj(gelu(c_fc(h))))
+//   mlp(h)  = drop_r(c_proj(gelu(c_fc(h))))      c_fc and gelu fused (ops::linear_gelu_forward)
 // c_attn is one fused linear C -> 3C whose output (B, T, 3C) reads as (B, T, 3, H, D): q, k, v
 // are permuted copies (B, H, T, D) of its three slices, and backward concatenates their gradients
 // back into that layout. The attention op keeps no dropout of its own, so the attention dropout
@@ -36,6 +36,14 @@
 // token_type_embeddings, LayerNorm. Linear weights are (out, in): c_attn.weight is (3C, C), the
 // transpose of GPT-2's Conv1D (C, 3C).
 //
+// Padded vocabulary (padded_vocab_size > vocab_size, set by the gpt2 and bert builders to the
+// next multiple of 128, llm.c's Vp): the token embedding and the head's weight (and bias) have
+// Vp rows, of which rows V.. are padding (ParamSpec::valid_rows: zero, never exported, not
+// counted). The embeddings look up and accumulate into the first V rows only; a head's logits
+// are (..., Vp) with -inf on the padding (ops/linear_padded.h: bit for bit the unpadded logits on
+// the CPU, the whole tile-friendly product on CUDA), and the loss leaves the padding out
+// (CrossEntropyOptions::num_classes = V). So an unpadded model and a padded one train alike.
+//
 // Tied output weights: a head's weight names the embedding it is (ParamSpec::tied_to). In one
 // ParamStore it is a view of the embedding's storage, so the embedding's scatter-add and the
 // head's linear backward both accumulate into one gradient; across stores it is a copy
@@ -50,6 +58,7 @@
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/layer_norm.h"
+#include "ops/linear_padded.h"
 #include "ops/matmul.h"
 #include "ops/shape_ops.h"
 
@@ -90,11 +99,42 @@ void check_tied_to(const std::string& layer, const std::string& tied_to) {
 }
 // The output projection (vocab, C) of a head: tied to `tied_to` when not empty. Its own
 // initialization equals the embeddings', so an untied weight and a tied copy start alike.
-ParamSpec head_weight(const std::string& name, int64_t vocab, int64_t width,
+ParamSpec head_weight(const std::string& name, int64_t vocab, int64_t padded, int64_t width,
                       const std::string& tied_to) {
-  ParamSpec spec = normal_weight(name, {vocab, width});
+  ParamSpec spec = normal_weight(name, {padded, width});
   spec.tied_to = tied_to;
+  if (padded != vocab) spec.valid_rows = vocab;
   return spec;
+}
+
+// The padded vocabulary of a spec: padded_vocab_size when set (it must not be smaller), else V.
+int64_t padded_vocab(const std::string& layer, int64_t vocab, int64_t padded) {
+  if (padded == 0) return vocab;
+  STRATA_CHECK(padded >= vocab) << "layer " << layer << ": padded_vocab_size " << padded
+                                << " is smaller than vocab_size " << vocab;
+  return padded;
+}
+
+// The embedding table's spec, (Vp, C) with the padding rows marked.
+ParamSpec embedding_table(const std::string& name, int64_t vocab, int64_t padded, int64_t width) {
+  ParamSpec spec = normal_weight(name, {padded, width});
+  if (padded != vocab) spec.valid_rows = vocab;
+  return spec;
+}
+
+// Logits over the (padded) vocabulary and their backward: the plain linear layer without padding.
+Tensor vocab_logits(ExecContext& ctx, const Tensor& h, const Tensor& weight, const Tensor& bias,
+                    int64_t vocab) {
+  if (weight.size(0) == vocab) return ops::linear_forward(ctx, h, weight, bias);
+  return ops::linear_padded_forward(ctx, h, weight, bias, vocab);
+}
+Tensor vocab_logits_backward(ExecContext& ctx, const Tensor& dlogits, const Tensor& h,
+                             const Tensor& weight, const Tensor& dweight, const Tensor& dbias,
+                             int64_t vocab) {
+  if (weight.size(0) == vocab) {
+    return ops::linear_backward(ctx, dlogits, h, weight, dweight, dbias);
+  }
+  return ops::linear_padded_backward(ctx, dlogits, h, weight, dweight, dbias, vocab);
 }
 
 // ---- dropout with sub-streams -----------------------------------------------------------------
@@ -408,8 +448,12 @@ class TransformerBlock final : public Layer, public CachedLayer {
   }
 
   Tensor mlp(ExecContext& ctx, const Tensor& h, LayerTape& tape) const {
-    const Tensor f = ops::linear_forward(ctx, h, param(kFcWeight), param(kFcBias));
-    const Tensor g = ops::gelu_forward(ctx, f);
+    // c_fc and GELU in one op (on CUDA one cuBLASLt product with the GELU_AUX_BIAS epilogue,
+    // which also writes GELU's input for the backward).
+    const ops::LinearGeluResult fc =
+        ops::linear_gelu_forward(ctx, h, param(kFcWeight), param(kFcBias));
+    const Tensor& f = fc.pre;
+    const Tensor& g = fc.y;
     const Tensor m = ops::linear_forward(ctx, g, param(kMlpProjWeight), param(kMlpProjBias));
     const Dropped out = dropout(ctx, m, dropout_, tape, kMlpOutStream);
     tape.saved[kMlpIn] = h;
@@ -448,12 +492,13 @@ class TokenEmbedding final : public Layer, public CachedLayer {
         << ": token_embedding needs vocab_size, width and max_positions (> 0), got " << vocab_
         << ", " << width_ << ", " << positions_;
     check_probability(this->name(), "dropout", dropout_);
+    padded_ = padded_vocab(this->name(), vocab_, spec.padded_vocab_size());
   }
 
   const char* type() const override { return "token_embedding"; }
 
   std::vector<ParamSpec> param_specs() const override {
-    return {normal_weight("wte.weight", {vocab_, width_}),
+    return {embedding_table("wte.weight", vocab_, padded_, width_),
             normal_weight("wpe.weight", {positions_, width_}, kPositionInitStd)};
   }
 
@@ -471,7 +516,8 @@ class TokenEmbedding final : public Layer, public CachedLayer {
                                   << ids.shape_str();
     const int64_t t = ids.size(1);
     check_length(t);
-    const Tensor e = ops::add(ctx, ops::embedding_forward(ctx, ids, param(0)),
+    // The real vocabulary's rows: an id past V is an error, never a padding row.
+    const Tensor e = ops::add(ctx, ops::embedding_forward(ctx, ids, param(0).narrow(0, 0, vocab_)),
                               param(1).narrow(0, 0, t));  // (B, T, C) + (T, C)
     const Dropped out = dropout(ctx, e, dropout_, tape, 0);
     tape.save(ids);       // 0: token ids (B, T)
@@ -497,7 +543,7 @@ class TokenEmbedding final : public Layer, public CachedLayer {
     const Tensor de = dropout_grad(ctx, first_grad(*this, grad_outputs), tape.at(1), dropout_);
     const Tensor& ids = tape.at(0);
     const int64_t t = ids.size(1);
-    ops::embedding_backward(ctx, de, ids, grad(0));
+    ops::embedding_backward(ctx, de, ids, grad(0).narrow(0, 0, vocab_));
     ops::add_(ctx, grad(1).narrow(0, 0, t), ops::sum_to_shape(ctx, de, {t, width_}));
     return {Tensor()};  // token ids have no gradient
   }
@@ -510,6 +556,7 @@ class TokenEmbedding final : public Layer, public CachedLayer {
 
   int64_t vocab_, width_, positions_;
   double dropout_;
+  int64_t padded_ = 0;
 };
 
 // ---- BERT embeddings ---------------------------------------------------------------------------
@@ -531,13 +578,14 @@ class BertEmbedding final : public Layer {
         << vocab_ << ", " << width_ << ", " << positions_ << ", " << type_vocab_;
     STRATA_CHECK_GT(eps_, 0.0) << "layer " << this->name() << ": eps";
     check_probability(this->name(), "dropout", dropout_);
+    padded_ = padded_vocab(this->name(), vocab_, spec.padded_vocab_size());
   }
 
   const char* type() const override { return "bert_embedding"; }
 
   std::vector<ParamSpec> param_specs() const override {
     std::vector<ParamSpec> specs{
-        normal_weight("word_embeddings.weight", {vocab_, width_}),
+        embedding_table("word_embeddings.weight", vocab_, padded_, width_),
         normal_weight("position_embeddings.weight", {positions_, width_}),
         normal_weight("token_type_embeddings.weight", {type_vocab_, width_})};
     add_norm(&specs, "LayerNorm", width_);
@@ -565,10 +613,11 @@ class BertEmbedding final : public Layer {
     const Tensor ids = rows[0].view({b, t});
     const Tensor types = rows[1].view({b, t});
     const Tensor mask = rows[2].view({b, t});
-    const Tensor e = ops::add(ctx,
-                              ops::add(ctx, ops::embedding_forward(ctx, ids, param(kWord)),
-                                       param(kPosition).narrow(0, 0, t)),
-                              ops::embedding_forward(ctx, types, param(kTokenType)));  // (B, T, C)
+    const Tensor e =
+        ops::add(ctx,
+                 ops::add(ctx, ops::embedding_forward(ctx, ids, param(kWord).narrow(0, 0, vocab_)),
+                          param(kPosition).narrow(0, 0, t)),
+                 ops::embedding_forward(ctx, types, param(kTokenType)));  // (B, T, C)
     ops::LayerNormResult n =
         ops::layer_norm_forward(ctx, e, param(kNormWeight), param(kNormBias), eps_);
     const Dropped out = dropout(ctx, n.y, dropout_, tape, 0);
@@ -586,7 +635,7 @@ class BertEmbedding final : public Layer {
     const Tensor de = ops::layer_norm_backward(ctx, dn, tape.at(2), param(kNormWeight), tape.at(3),
                                                tape.at(4), grad(kNormWeight), grad(kNormBias));
     const int64_t t = de.size(1);
-    ops::embedding_backward(ctx, de, tape.at(0), grad(kWord));
+    ops::embedding_backward(ctx, de, tape.at(0), grad(kWord).narrow(0, 0, vocab_));
     ops::embedding_backward(ctx, de, tape.at(1), grad(kTokenType));
     ops::add_(ctx, grad(kPosition).narrow(0, 0, t), ops::sum_to_shape(ctx, de, {t, width_}));
     return {Tensor()};  // ids, types and mask have no gradient
@@ -602,6 +651,7 @@ class BertEmbedding final : public Layer {
 
   int64_t vocab_, width_, positions_, type_vocab_;
   double dropout_, eps_;
+  int64_t padded_ = 0;
 };
 
 // ---- heads -------------------------------------------------------------------------------------
@@ -620,6 +670,7 @@ class LmHead final : public Layer, public CachedLayer {
         << vocab_ << " and " << width_;
     STRATA_CHECK_GT(eps_, 0.0) << "layer " << this->name() << ": eps";
     check_tied_to(this->name(), tied_to_);
+    padded_ = padded_vocab(this->name(), vocab_, spec.padded_vocab_size());
   }
 
   const char* type() const override { return "lm_head"; }
@@ -627,25 +678,25 @@ class LmHead final : public Layer, public CachedLayer {
   std::vector<ParamSpec> param_specs() const override {
     std::vector<ParamSpec> specs;
     add_norm(&specs, "ln_f", width_);
-    specs.push_back(head_weight("weight", vocab_, width_, tied_to_));
+    specs.push_back(head_weight("weight", vocab_, padded_, width_, tied_to_));
     return specs;
   }
 
   TensorSpecs output_specs(const TensorSpecs& inputs) const override {
     check_hidden_specs(*this, inputs, width_);
-    return {TensorSpec{{inputs[0].shape[0], vocab_}, inputs[0].dtype}};
+    return {TensorSpec{{inputs[0].shape[0], padded_}, inputs[0].dtype}};
   }
 
   TensorList forward(ExecContext& ctx, const TensorList& inputs, LayerTape& tape) override {
     check_hidden(*this, inputs, width_);
     const Tensor& x = inputs[0];
     ops::LayerNormResult n = ops::layer_norm_forward(ctx, x, param(0), param(1), eps_);
-    tape.save(x);                                                // 0
-    tape.save(n.mean);                                           // 1
-    tape.save(n.rstd);                                           // 2
-    tape.save(n.y);                                              // 3: ln_f's output
-    tape.save(inputs.size() == 2 ? inputs[1] : Tensor());        // 4: the mask, if given
-    return {ops::linear_forward(ctx, n.y, param(2), Tensor())};  // (B, T, V)
+    tape.save(x);                                                 // 0
+    tape.save(n.mean);                                            // 1
+    tape.save(n.rstd);                                            // 2
+    tape.save(n.y);                                               // 3: ln_f's output
+    tape.save(inputs.size() == 2 ? inputs[1] : Tensor());         // 4: the mask, if given
+    return {vocab_logits(ctx, n.y, param(2), Tensor(), vocab_)};  // (B, T, Vp)
   }
 
   // Position-wise: the forward of the new positions.
@@ -656,8 +707,8 @@ class LmHead final : public Layer, public CachedLayer {
   }
 
   TensorList backward(ExecContext& ctx, const TensorList& grad_outputs, LayerTape& tape) override {
-    const Tensor dn = ops::linear_backward(ctx, first_grad(*this, grad_outputs), tape.at(3),
-                                           param(2), grad(2), Tensor());
+    const Tensor dn = vocab_logits_backward(ctx, first_grad(*this, grad_outputs), tape.at(3),
+                                            param(2), grad(2), Tensor(), vocab_);
     const Tensor dx = ops::layer_norm_backward(ctx, dn, tape.at(0), param(0), tape.at(1),
                                                tape.at(2), grad(0), grad(1));
     if (tape.at(4).defined()) return {dx, Tensor()};
@@ -665,13 +716,15 @@ class LmHead final : public Layer, public CachedLayer {
   }
 
   double forward_flops(const TensorSpecs& inputs) const override {
-    return 2.0 * static_cast<double>(inputs.at(0).shape.at(0) * width_ * vocab_);
+    return 2.0 * static_cast<double>(inputs.at(0).shape.at(0) * width_ * padded_);
   }
+  int64_t logit_classes() const override { return padded_ != vocab_ ? vocab_ : 0; }
 
  private:
   int64_t vocab_, width_;
   double eps_;
   std::string tied_to_;
+  int64_t padded_ = 0;
 };
 
 // BERT's masked-language-model head: logits = LayerNorm(gelu(dense(h))) W^T + bias.
@@ -688,6 +741,7 @@ class MlmHead final : public Layer {
         << vocab_ << " and " << width_;
     STRATA_CHECK_GT(eps_, 0.0) << "layer " << this->name() << ": eps";
     check_tied_to(this->name(), tied_to_);
+    padded_ = padded_vocab(this->name(), vocab_, spec.padded_vocab_size());
   }
 
   const char* type() const override { return "mlm_head"; }
@@ -696,14 +750,15 @@ class MlmHead final : public Layer {
     std::vector<ParamSpec> specs{normal_weight("transform.dense.weight", {width_, width_}),
                                  zero_bias("transform.dense.bias", width_)};
     add_norm(&specs, "transform.LayerNorm", width_);
-    specs.push_back(head_weight("decoder.weight", vocab_, width_, tied_to_));
-    specs.push_back(zero_bias("bias", vocab_));
+    specs.push_back(head_weight("decoder.weight", vocab_, padded_, width_, tied_to_));
+    specs.push_back(zero_bias("bias", padded_));
+    if (padded_ != vocab_) specs.back().valid_rows = vocab_;
     return specs;
   }
 
   TensorSpecs output_specs(const TensorSpecs& inputs) const override {
     check_hidden_specs(*this, inputs, width_);
-    return {TensorSpec{{inputs[0].shape[0], vocab_}, inputs[0].dtype}};
+    return {TensorSpec{{inputs[0].shape[0], padded_}, inputs[0].dtype}};
   }
 
   TensorList forward(ExecContext& ctx, const TensorList& inputs, LayerTape& tape) override {
@@ -720,13 +775,13 @@ class MlmHead final : public Layer {
     tape.save(n.rstd);                                     // 4
     tape.save(n.y);                                        // 5: the decoder's input
     tape.save(inputs.size() == 2 ? inputs[1] : Tensor());  // 6: the mask, if given
-    return {ops::linear_forward(ctx, n.y, param(kDecoderWeight), param(kDecoderBias))};
+    return {vocab_logits(ctx, n.y, param(kDecoderWeight), param(kDecoderBias), vocab_)};
   }
 
   TensorList backward(ExecContext& ctx, const TensorList& grad_outputs, LayerTape& tape) override {
-    const Tensor dn =
-        ops::linear_backward(ctx, first_grad(*this, grad_outputs), tape.at(5),
-                             param(kDecoderWeight), grad(kDecoderWeight), grad(kDecoderBias));
+    const Tensor dn = vocab_logits_backward(ctx, first_grad(*this, grad_outputs), tape.at(5),
+                                            param(kDecoderWeight), grad(kDecoderWeight),
+                                            grad(kDecoderBias), vocab_);
     const Tensor dg = ops::layer_norm_backward(ctx, dn, tape.at(2), param(kNormWeight), tape.at(3),
                                                tape.at(4), grad(kNormWeight), grad(kNormBias));
     const Tensor dd = ops::gelu_backward(ctx, dg, tape.at(1));
@@ -738,8 +793,9 @@ class MlmHead final : public Layer {
 
   double forward_flops(const TensorSpecs& inputs) const override {
     const double t = static_cast<double>(inputs.at(0).shape.at(0));
-    return 2.0 * t * static_cast<double>(width_) * static_cast<double>(width_ + vocab_);
+    return 2.0 * t * static_cast<double>(width_) * static_cast<double>(width_ + padded_);
   }
+  int64_t logit_classes() const override { return padded_ != vocab_ ? vocab_ : 0; }
 
  private:
   enum ParamIndex : size_t {
@@ -754,6 +810,7 @@ class MlmHead final : public Layer {
   int64_t vocab_, width_;
   double eps_;
   std::string tied_to_;
+  int64_t padded_ = 0;
 };
 
 // The width C of the hidden states (T, C) a block or head is built on.

@@ -2,7 +2,9 @@
 // "embeddings" (word + position + token type, LayerNorm), "layers.0" ... "layers.{L-1}"
 // (post-norm, bidirectional, key padding mask), "mlm_head" (dense, GELU, LayerNorm, decoder tied
 // to embeddings.word_embeddings.weight, own bias). With V = 30522 the parameter counts equal
-// Hugging Face's BertForMaskedLM (no pooler): 109,514,298 for base, 335,174,458 for large.
+// Hugging Face's BertForMaskedLM (no pooler): 109,514,298 for base, 335,174,458 for large. V is
+// padded inside the engine to a multiple of dims.vocab_multiple (128: 30522 -> 30592), as for
+// GPT-2 (graph/transformer.h); the padding is not counted, not exported, masked out of the loss.
 //
 // Input: i32 (3, T): token ids, token types, attention mask (1 attend, 0 padding). T is the
 // dataset's sample length when given, else the number of positions. Dimensions: a named size,
@@ -72,6 +74,8 @@ proto::ModelSpec bert_spec(const ModelRequest& request) {
   embed->set_type("bert_embedding");
   proto::BertEmbeddingSpec* e = embed->mutable_bert_embedding();
   e->set_vocab_size(d.vocab);
+  const int64_t padded = padded_vocab_size(d.vocab, o.vocab_multiple);
+  if (padded != d.vocab) e->set_padded_vocab_size(padded);
   e->set_width(d.width);
   e->set_max_positions(d.positions);
   e->set_type_vocab_size(kTypeVocab);
@@ -96,6 +100,7 @@ proto::ModelSpec bert_spec(const ModelRequest& request) {
   head->set_name("mlm_head");
   head->set_type("mlm_head");
   head->mutable_mlm_head()->set_vocab_size(d.vocab);
+  if (padded != d.vocab) head->mutable_mlm_head()->set_padded_vocab_size(padded);
   head->mutable_mlm_head()->set_tied_to("embeddings.word_embeddings.weight");
   head->mutable_mlm_head()->set_eps(kEps);
   return spec;

@@ -21,4 +21,9 @@ proto::ModelSpec gpt2_spec(const ModelRequest& request);
 // bert.cpp: base, large, tiny (masked-language-model head); ModelDims override any dimension.
 proto::ModelSpec bert_spec(const ModelRequest& request);
 
+// V rounded up to a multiple of `multiple` (ModelDims::vocab_multiple; <= 1: V itself).
+inline int64_t padded_vocab_size(int64_t vocab, int64_t multiple) {
+  return multiple <= 1 ? vocab : (vocab + multiple - 1) / multiple * multiple;
+}
+
 }  // namespace strata::models

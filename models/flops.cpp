@@ -20,8 +20,8 @@ ParamCounts count_params(const graph::Model& model) {
     const graph::Layer& layer = model.layer(i);
     for (const graph::ParamSpec& p : layer.param_specs()) {
       if (!p.tied_to.empty()) continue;  // counted with its owner
-      c.total += shape_numel(p.shape);
-      if (is_embedding(layer)) c.embedding += shape_numel(p.shape);
+      c.total += graph::valid_numel(p);  // a padded vocabulary's padding is no parameter
+      if (is_embedding(layer)) c.embedding += graph::valid_numel(p);
     }
   }
   return c;

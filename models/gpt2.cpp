@@ -1,7 +1,10 @@
 // GPT-2 (Radford et al. 2019) as an ordered list of layers: "embed" (token + position embedding),
 // "blocks.0" ... "blocks.{L-1}" (pre-norm, causal), "head" (ln_f and the output projection tied
 // to embed.wte.weight). With V = 50257 and 1024 positions the parameter counts equal Hugging
-// Face's GPT2LMHeadModel (124,439,808 for 124M; the tied projection counted once).
+// Face's GPT2LMHeadModel (124,439,808 for 124M; the tied projection counted once). Inside the
+// engine V is padded to a multiple of dims.vocab_multiple (128: 50257 -> 50304, llm.c's Vp) for
+// the GPU; the padding is not counted, not exported, and masked out of the loss
+// (graph/transformer.h).
 //
 // Dimensions: a named size, then ModelDims overrides (layers, width, heads, positions, vocab).
 // V is the dataset's vocabulary (request.num_classes) when it has one, else GPT-2's 50257 (256
@@ -70,6 +73,8 @@ proto::ModelSpec gpt2_spec(const ModelRequest& request) {
   embed->set_type("token_embedding");
   proto::TokenEmbeddingSpec* e = embed->mutable_token_embedding();
   e->set_vocab_size(d.vocab);
+  const int64_t padded = padded_vocab_size(d.vocab, o.vocab_multiple);
+  if (padded != d.vocab) e->set_padded_vocab_size(padded);
   e->set_width(d.width);
   e->set_max_positions(d.positions);
   e->set_dropout(kDropout);
@@ -92,6 +97,7 @@ proto::ModelSpec gpt2_spec(const ModelRequest& request) {
   head->set_name("head");
   head->set_type("lm_head");
   head->mutable_lm_head()->set_vocab_size(d.vocab);
+  if (padded != d.vocab) head->mutable_lm_head()->set_padded_vocab_size(padded);
   head->mutable_lm_head()->set_tied_to("embed.wte.weight");
   head->mutable_lm_head()->set_eps(kEps);
   return spec;

@@ -19,6 +19,9 @@ struct ModelDims {
   int64_t heads = 0;       // attention heads
   int64_t seq_len = 0;     // maximum sequence length (positions)
   int64_t vocab_size = 0;  // vocabulary V
+  // GPT-2 and BERT pad V inside the engine to a multiple of this (llm.c's Vp: 50257 -> 50304),
+  // for the GPU's tiles; 1 turns the padding off. Files and losses keep V (graph/transformer.h).
+  int64_t vocab_multiple = 128;
 };
 
 struct ModelRequest {

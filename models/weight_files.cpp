@@ -191,6 +191,10 @@ WeightsReadReport load_weights(const std::string& path, const graph::Model& mode
       STRATA_CHECK(!sources.empty()) << "load_weights: " << e.full_name() << " of model "
                                      << model.name() << " has no name in the weight map";
       for (const WeightName* w : sources) load(*w, entry_view(flat, e));
+      // A padded vocabulary's padding rows are not in files: zero, as initialized.
+      if (e.valid_numel() < e.numel) {
+        entry_view(flat, e).narrow(0, e.valid_rows, e.shape[0] - e.valid_rows).zero_();
+      }
     }
   };
   load_entries(store.param_entries(), params);
@@ -202,7 +206,13 @@ WeightsReadReport load_weights(const std::string& path, const graph::Model& mode
     if (it == m.by_name.end()) continue;
     for (const graph::ParamStore::Entry& e : store.param_entries()) {
       if (e.full_name() != t.param) continue;
-      const Tensor mine = entry_view(params, e).contiguous();
+      // The owner's tensor as the file holds it (its valid rows, for a padded vocabulary).
+      const WeightName* owner = map.find(t.owner);
+      Tensor mine = entry_view(params, e);
+      if (owner != nullptr && owner->transform == WeightTransform::kRows) {
+        mine = mine.narrow(0, owner->row_begin, owner->shape[0]);
+      }
+      mine = mine.contiguous();
       const Tensor theirs = file.read(it->second->name).to(mine.dtype());
       STRATA_CHECK(std::memcmp(mine.raw_data(), theirs.raw_data(), mine.nbytes()) == 0)
           << "safetensors file " << path << ": tensor '" << it->second->name << "' differs from '"

@@ -61,6 +61,18 @@ class Builder {
     map_.tensors.push_back(std::move(w));
   }
 
+  // A parameter as its spec says: the whole tensor, or its valid rows when it has padding rows
+  // (a padded vocabulary: files keep the real one).
+  void add_spec(const std::string& name, const graph::ParamSpec& p, const std::string& source) {
+    if (p.valid_rows > 0 && !p.shape.empty() && p.valid_rows < p.shape[0]) {
+      Shape shape = p.shape;
+      shape[0] = p.valid_rows;
+      add(name, shape, source, WeightTransform::kRows, false, 0);
+    } else {
+      add(name, p.shape, source);
+    }
+  }
+
   // A tied parameter: files may carry `name`, which must equal the owner's tensor.
   void tied(const std::string& name, const graph::ParamSpec& p, const std::string& param) {
     const auto owner = external_.find(p.tied_to);
@@ -75,7 +87,7 @@ class Builder {
     for (const graph::ParamSpec& p : layer.param_specs()) {
       const std::string full = layer.name() + "." + p.name;
       if (p.tied_to.empty()) {
-        add(full, p.shape, full);
+        add_spec(full, p, full);
       } else if (counters) {
         tied(full, p, full);  // tied outside GPT-2/BERT's heads: the same name, if stored
       }
@@ -97,7 +109,7 @@ class Builder {
       if (p.shape.size() == 2) {  // the four linear weights: Conv1D's (in, out)
         add(prefix + p.name, {p.shape[1], p.shape[0]}, full, WeightTransform::kTranspose);
       } else {
-        add(prefix + p.name, p.shape, full);
+        add_spec(prefix + p.name, p, full);
       }
     }
     map_.non_parameters.insert(prefix + "attn.bias");
@@ -125,7 +137,7 @@ class Builder {
       const auto it = bert_block_names().find(p.name);
       STRATA_CHECK(it != bert_block_names().end())
           << "layer " << layer.name() << ": no BERT name for parameter " << p.name;
-      add(prefix + it->second, p.shape, full);
+      add_spec(prefix + it->second, p, full);
     }
   }
 
@@ -147,31 +159,31 @@ class Builder {
         ++block;
       } else if (type == "token_embedding") {
         for (const graph::ParamSpec& p : layer.param_specs()) {
-          add("transformer." + p.name, p.shape, layer.name() + "." + p.name);
+          add_spec("transformer." + p.name, p, layer.name() + "." + p.name);
         }
       } else if (type == "lm_head") {
         for (const graph::ParamSpec& p : layer.param_specs()) {
           const std::string full = layer.name() + "." + p.name;
           if (p.name == "weight") {
-            if (p.tied_to.empty()) add("lm_head.weight", p.shape, full);
+            if (p.tied_to.empty()) add_spec("lm_head.weight", p, full);
             if (!p.tied_to.empty()) tied("lm_head.weight", p, full);
           } else {
-            add("transformer." + p.name, p.shape, full);  // ln_f
+            add_spec("transformer." + p.name, p, full);  // ln_f
           }
         }
       } else if (type == "bert_embedding") {
         for (const graph::ParamSpec& p : layer.param_specs()) {
-          add("bert.embeddings." + p.name, p.shape, layer.name() + "." + p.name);
+          add_spec("bert.embeddings." + p.name, p, layer.name() + "." + p.name);
         }
         map_.non_parameters.insert("bert.embeddings.position_ids");
       } else if (type == "mlm_head") {
         for (const graph::ParamSpec& p : layer.param_specs()) {
           const std::string full = layer.name() + "." + p.name;
           if (p.name == "decoder.weight") {
-            if (p.tied_to.empty()) add("cls.predictions.decoder.weight", p.shape, full);
+            if (p.tied_to.empty()) add_spec("cls.predictions.decoder.weight", p, full);
             if (!p.tied_to.empty()) tied("cls.predictions.decoder.weight", p, full);
           } else {
-            add("cls.predictions." + p.name, p.shape, full);  // transform.*, bias
+            add_spec("cls.predictions." + p.name, p, full);  // transform.*, bias
           }
         }
         // HF ties the decoder's bias to cls.predictions.bias; files may store both.

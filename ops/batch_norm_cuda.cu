@@ -1,7 +1,8 @@
 // Batch normalization on CUDA: own kernels (cuDNN's training call returns a running variance and
 // saved statistics under its own conventions; these follow ops/batch_norm.h exactly). x is viewed
-// as (B, C, S), S the product of the spatial dimensions; f32, bf16 and f16 storage, computing in
-// f32 with per-channel statistics merged in double.
+// as (B, C, S), S the product of the spatial dimensions; f32, bf16 and f16 storage (x, y, gamma,
+// beta and the gradients), computing in f32 with per-channel statistics merged in double. The
+// statistics (save_mean, save_invstd, running_mean, running_var) are f32 whatever x's dtype.
 //
 // Every op is a per-channel reduction, a per-channel finalize, and an element-wise pass:
 //   reduce    partial statistics per (channel, part) into a double buffer [C][parts]:
@@ -127,11 +128,11 @@ template <typename T>
 struct GradPolicy {
   const T* x;
   const T* dy;
-  const T* mean;  // (C,)
+  const float* mean;  // (C,)
   struct Acc {
     float center, dy, dy_xc;
   };
-  __device__ Acc init(int64_t channel) const { return Acc{to_f32(mean[channel]), 0.0f, 0.0f}; }
+  __device__ Acc init(int64_t channel) const { return Acc{mean[channel], 0.0f, 0.0f}; }
   template <int V>
   __device__ __forceinline__ void add(Acc& acc, int64_t offset) const {
     float v[V], d[V];
@@ -239,23 +240,23 @@ __device__ Stat3 merge_parts(const Stat3* __restrict__ partial, int64_t c, int64
 template <typename T>
 __global__ void train_finalize_kernel(const Stat3* __restrict__ partial, int64_t parts, int64_t n,
                                       double momentum, double eps, const T* __restrict__ gamma,
-                                      const T* __restrict__ beta, T* __restrict__ running_mean,
-                                      T* __restrict__ running_var, T* __restrict__ save_mean,
-                                      T* __restrict__ save_invstd, float2* __restrict__ coef) {
+                                      const T* __restrict__ beta, float* __restrict__ running_mean,
+                                      float* __restrict__ running_var,
+                                      float* __restrict__ save_mean,
+                                      float* __restrict__ save_invstd, float2* __restrict__ coef) {
   const int64_t c = blockIdx.x;
   const Stat3 s = merge_parts<WelfordPolicy<T>>(partial, c, parts);
   if (threadIdx.x != 0) return;
   const double mean = s.b;
   const double m2 = s.c > 0.0 ? s.c : 0.0;
   const double invstd = 1.0 / sqrt(m2 / static_cast<double>(n) + eps);
-  save_mean[c] = from_f32<T>(static_cast<float>(mean));
-  save_invstd[c] = from_f32<T>(static_cast<float>(invstd));
+  save_mean[c] = static_cast<float>(mean);
+  save_invstd[c] = static_cast<float>(invstd);
   if (running_mean != nullptr) {
-    running_mean[c] = from_f32<T>(static_cast<float>(
-        (1.0 - momentum) * static_cast<double>(to_f32(running_mean[c])) + momentum * mean));
-    running_var[c] = from_f32<T>(
-        static_cast<float>((1.0 - momentum) * static_cast<double>(to_f32(running_var[c])) +
-                           momentum * m2 / static_cast<double>(n - 1)));
+    running_mean[c] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_mean[c]) +
+                                         momentum * mean);
+    running_var[c] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_var[c]) +
+                                        momentum * m2 / static_cast<double>(n - 1));
   }
   const double scale = invstd * (gamma != nullptr ? static_cast<double>(to_f32(gamma[c])) : 1.0);
   const double shift =
@@ -266,15 +267,15 @@ __global__ void train_finalize_kernel(const Stat3* __restrict__ partial, int64_t
 // Evaluation: scale = gamma / sqrt(running_var + eps), shift = beta - running_mean scale.
 template <typename T>
 __global__ void eval_coef_kernel(const T* __restrict__ gamma, const T* __restrict__ beta,
-                                 const T* __restrict__ running_mean,
-                                 const T* __restrict__ running_var, double eps, int64_t channels,
-                                 float2* __restrict__ coef) {
+                                 const float* __restrict__ running_mean,
+                                 const float* __restrict__ running_var, double eps,
+                                 int64_t channels, float2* __restrict__ coef) {
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < channels;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const double g = gamma != nullptr ? static_cast<double>(to_f32(gamma[c])) : 1.0;
     const double b = beta != nullptr ? static_cast<double>(to_f32(beta[c])) : 0.0;
-    const double scale = g / sqrt(static_cast<double>(to_f32(running_var[c])) + eps);
-    const double shift = b - static_cast<double>(to_f32(running_mean[c])) * scale;
+    const double scale = g / sqrt(static_cast<double>(running_var[c]) + eps);
+    const double shift = b - static_cast<double>(running_mean[c]) * scale;
     coef[c] = make_float2(static_cast<float>(scale), static_cast<float>(shift));
   }
 }
@@ -284,13 +285,14 @@ __global__ void eval_coef_kernel(const T* __restrict__ gamma, const T* __restric
 template <typename T>
 __global__ void backward_finalize_kernel(const Stat3* __restrict__ partial, int64_t parts,
                                          int64_t n, const T* __restrict__ gamma,
-                                         const T* __restrict__ save_mean,
-                                         const T* __restrict__ save_invstd, T* __restrict__ dgamma,
-                                         T* __restrict__ dbeta, float4* __restrict__ coef) {
+                                         const float* __restrict__ save_mean,
+                                         const float* __restrict__ save_invstd,
+                                         T* __restrict__ dgamma, T* __restrict__ dbeta,
+                                         float4* __restrict__ coef) {
   const int64_t c = blockIdx.x;
   const Stat3 s = merge_parts<GradPolicy<T>>(partial, c, parts);
   if (threadIdx.x != 0) return;
-  const double invstd = static_cast<double>(to_f32(save_invstd[c]));
+  const double invstd = static_cast<double>(save_invstd[c]);
   const double sum_dy = s.a;
   const double sum_dy_xhat = s.b * invstd;
   if (dbeta != nullptr) dbeta[c] = from_f32<T>(to_f32(dbeta[c]) + static_cast<float>(sum_dy));
@@ -302,7 +304,7 @@ __global__ void backward_finalize_kernel(const Stat3* __restrict__ partial, int6
   const double mean_dy_xhat = sum_dy_xhat / static_cast<double>(n);
   coef[c] =
       make_float4(static_cast<float>(scale), static_cast<float>(-scale * mean_dy_xhat * invstd),
-                  static_cast<float>(-scale * mean_dy), to_f32(save_mean[c]));
+                  static_cast<float>(-scale * mean_dy), save_mean[c]);
 }
 
 // y = x scale[c] + shift[c] over vectors of V values (S a multiple of V).
@@ -362,6 +364,23 @@ void check_channel_tensor(const ExecContext& ctx, const char* op, const Tensor& 
   check_float(t, ctx, op, name);
   check_same_dtype(x, t, op, "x", name);
   check_shape(t, {x.size(1)}, op, name);
+}
+
+// A statistic (save_mean, save_invstd, running_mean, running_var): (C,), f32.
+void check_stat_tensor(const ExecContext& ctx, const char* op, const Tensor& t, const char* name,
+                       const Tensor& x) {
+  check_float(t, ctx, op, name);
+  STRATA_CHECK(t.dtype() == DType::kF32)
+      << op << ": " << name << " must be f32 (batch-norm statistics), got "
+      << dtype_name(t.dtype());
+  check_shape(t, {x.size(1)}, op, name);
+}
+
+const float* stat_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const float*>(t.raw_data()) : nullptr;
+}
+float* mut_stat_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<float*>(t.raw_data()) : nullptr;
 }
 
 void check_affine(const ExecContext& ctx, const char* op, const Tensor& gamma, const Tensor& beta,
@@ -487,8 +506,8 @@ BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
   STRATA_CHECK(running_mean.defined() == running_var.defined())
       << kOp << ": running_mean and running_var must be both defined or both undefined";
   if (running_mean.defined()) {
-    check_channel_tensor(ctx, kOp, running_mean, "running_mean", x);
-    check_channel_tensor(ctx, kOp, running_var, "running_var", x);
+    check_stat_tensor(ctx, kOp, running_mean, "running_mean", x);
+    check_stat_tensor(ctx, kOp, running_var, "running_var", x);
   }
   STRATA_CHECK(momentum >= 0.0 && momentum <= 1.0 && eps >= 0.0)
       << kOp << ": need 0 <= momentum <= 1 and eps >= 0, got momentum " << momentum << ", eps "
@@ -498,8 +517,8 @@ BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
                         << " has one value per channel; training needs more than one";
   BatchNormTrainResult r;
   r.y = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
-  r.save_mean = Tensor::empty({g.channels}, x.dtype(), &ctx.allocator());
-  r.save_invstd = Tensor::empty({g.channels}, x.dtype(), &ctx.allocator());
+  r.save_mean = Tensor::empty({g.channels}, DType::kF32, &ctx.allocator());
+  r.save_invstd = Tensor::empty({g.channels}, DType::kF32, &ctx.allocator());
   Tensor coef = Tensor::empty({g.channels * 2}, DType::kF32, &ctx.allocator());
   float2* pcoef = reinterpret_cast<float2*>(coef.raw_data());
   const bool vec_ok = aligned16(x.raw_data()) && aligned16(r.y.raw_data());
@@ -511,9 +530,9 @@ BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
         reduce_channels<T>(ctx, ex, WelfordPolicy<T>{px}, g, aligned16(x.raw_data()), &parts);
     train_finalize_kernel<T><<<static_cast<unsigned>(g.channels), 32, 0, ex.stream()>>>(
         static_cast<const Stat3*>(partial.raw_data()), parts, n, momentum, eps,
-        ptr_or_null<T>(gamma), ptr_or_null<T>(beta), mut_ptr_or_null<T>(running_mean),
-        mut_ptr_or_null<T>(running_var), static_cast<T*>(r.save_mean.raw_data()),
-        static_cast<T*>(r.save_invstd.raw_data()), pcoef);
+        ptr_or_null<T>(gamma), ptr_or_null<T>(beta), mut_stat_or_null(running_mean),
+        mut_stat_or_null(running_var), static_cast<float*>(r.save_mean.raw_data()),
+        static_cast<float*>(r.save_invstd.raw_data()), pcoef);
     STRATA_CUDA_LAUNCH_CHECK("train_finalize_kernel");
     T* py = static_cast<T*>(r.y.raw_data());
     launch_elementwise<T>(
@@ -538,8 +557,8 @@ Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& 
   check_affine(ctx, kOp, gamma, beta, x);
   STRATA_CHECK(running_mean.defined() && running_var.defined())
       << kOp << ": evaluation normalizes with running_mean and running_var; both must be defined";
-  check_channel_tensor(ctx, kOp, running_mean, "running_mean", x);
-  check_channel_tensor(ctx, kOp, running_var, "running_var", x);
+  check_stat_tensor(ctx, kOp, running_mean, "running_mean", x);
+  check_stat_tensor(ctx, kOp, running_var, "running_var", x);
   STRATA_CHECK_GE(eps, 0.0) << kOp << ": eps must be >= 0";
   Tensor y = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
   if (g.numel() == 0) return y;
@@ -549,8 +568,8 @@ Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& 
   dispatch_float(x.dtype(), kOp, [&](auto tag) {
     using T = decltype(tag);
     eval_coef_kernel<T><<<sc::blocks_for(g.channels, kThreads, ex), kThreads, 0, ex.stream()>>>(
-        ptr_or_null<T>(gamma), ptr_or_null<T>(beta), ptr_or_null<T>(running_mean),
-        ptr_or_null<T>(running_var), eps, g.channels, pcoef);
+        ptr_or_null<T>(gamma), ptr_or_null<T>(beta), stat_or_null(running_mean),
+        stat_or_null(running_var), eps, g.channels, pcoef);
     STRATA_CUDA_LAUNCH_CHECK("eval_coef_kernel");
     const T* px = static_cast<const T*>(x.raw_data());
     T* py = static_cast<T*>(y.raw_data());
@@ -577,8 +596,8 @@ Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
   check_same_dtype(x, dy, kOp, "x", "dy");
   check_shape(dy, x.shape(), kOp, "dy");
   if (gamma.defined()) check_channel_tensor(ctx, kOp, gamma, "gamma", x);
-  check_channel_tensor(ctx, kOp, save_mean, "save_mean", x);
-  check_channel_tensor(ctx, kOp, save_invstd, "save_invstd", x);
+  check_stat_tensor(ctx, kOp, save_mean, "save_mean", x);
+  check_stat_tensor(ctx, kOp, save_invstd, "save_invstd", x);
   if (dgamma.defined()) check_channel_tensor(ctx, kOp, dgamma, "dgamma", x);
   if (dbeta.defined()) check_channel_tensor(ctx, kOp, dbeta, "dbeta", x);
   const int64_t n = g.per_channel();
@@ -593,13 +612,13 @@ Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
-    const T* pmean = static_cast<const T*>(save_mean.raw_data());
+    const float* pmean = static_cast<const float*>(save_mean.raw_data());
     int64_t parts = 0;
     Tensor partial =
         reduce_channels<T>(ctx, ex, GradPolicy<T>{px, pdy, pmean}, g, read_vec_ok, &parts);
     backward_finalize_kernel<T><<<static_cast<unsigned>(g.channels), 32, 0, ex.stream()>>>(
         static_cast<const Stat3*>(partial.raw_data()), parts, n, ptr_or_null<T>(gamma), pmean,
-        static_cast<const T*>(save_invstd.raw_data()), mut_ptr_or_null<T>(dgamma),
+        static_cast<const float*>(save_invstd.raw_data()), mut_ptr_or_null<T>(dgamma),
         mut_ptr_or_null<T>(dbeta), pcoef);
     STRATA_CUDA_LAUNCH_CHECK("backward_finalize_kernel");
     T* pdx = static_cast<T*>(dx.raw_data());

@@ -1,18 +1,27 @@
-// 2-D convolution on CUDA through cuDNN's (deprecated in cuDNN 9, still present) legacy API,
-// NCHW, f32, bf16 and f16 with f32 accumulation (compute type CUDNN_DATA_FLOAT).
+// 2-D convolution on CUDA through cuDNN's (deprecated in cuDNN 9, still present) legacy API, in
+// NHWC (channels-last, ops/layout.h), f32, bf16 and f16 with f32 accumulation (compute type
+// CUDNN_DATA_FLOAT). Tensor-core kernels read NHWC; NCHW would make cuDNN transpose every call.
 //
-//   forward   cudnnConvolutionForward (beta 0), then an own kernel adds the bias;
-//   backward  cudnnConvolutionBackwardData (beta 0) for dx, cudnnConvolutionBackwardFilter with
-//             beta 1 (accumulates into dweight), and an own per-channel reduction of dy for dbias
-//             (f32 per thread, double across threads and blocks, then dbias += in the finalize).
+//   layout    x and dy are taken in either layout (an NCHW one is converted to channels-last
+//             first); y and dx are channels-last, so consecutive convolutions, batch norms,
+//             ReLUs and residual adds pass NHWC activations along without converting (the other
+//             ops get NCHW copies, ops/dispatch.cpp). The weight stays (OC, C, KH, KW), the
+//             checkpoint and exchange layout, and is permuted to (OC, KH, KW, C) for each call;
+//             its gradient is computed in that layout and added back permuted.
+//   forward   cudnnConvolutionForward (beta 0), then a kernel adds the bias;
+//   backward  cudnnConvolutionBackwardData (beta 0) for dx, cudnnConvolutionBackwardFilter into
+//             a (OC, KH, KW, C) gradient, then dweight += it permuted; dbias += the column sums
+//             of dy's (B OH OW, OC) rows (sum_to_shape).
 //
-// Algorithms: chosen once per (device, dtype, math mode, shapes, parameters, direction) with
-// cuDNN's heuristics (cudnnGet..._v7, which neither runs nor synchronizes anything), keeping the
-// best one whose workspace fits kWorkspaceLimit, and cached in a process-wide map. f32 under
-// MathMode::kFp32 keeps full-precision FMA kernels (CUDNN_FMA_MATH, no TF32); MathMode::kTf32
-// lets cuDNN use TF32 tensor cores; bf16/f16 use tensor cores. Workspaces come from the
-// context's scratch buffer. Batches whose tensors pass cuDNN's 32-bit sizes are split into
-// chunks of images (dweight accumulates over them).
+// Algorithms: found once per (device, dtype, math mode, shapes, parameters, direction) with
+// cudnnFind...AlgorithmEx, which times the candidates on the call's own buffers (the first call of
+// a shape is slower, the later ones take the measured fastest), keeping the fastest whose
+// workspace fits kWorkspaceLimit, cached in a process-wide map. When the search's workspace does
+// not fit the memory limit, cuDNN's heuristics choose instead (cudnnGet..._v7, nothing run).
+// f32 under MathMode::kFp32 keeps full-precision FMA kernels (CUDNN_FMA_MATH, no TF32);
+// MathMode::kTf32 lets cuDNN use TF32 tensor cores; bf16/f16 use tensor cores. Workspaces come
+// from the context's caching allocator. Batches whose tensors pass cuDNN's 32-bit sizes are split
+// into chunks of images (the weight gradient accumulates over them).
 //
 // Without cuDNN (STRATA_WITH_CUDNN undefined) both ops throw.
 #include <cuda_bf16.h>
@@ -30,6 +39,9 @@
 #include "engine/cuda_exec.h"
 #include "ops/conv2d.h"
 #include "ops/cuda_common.cuh"
+#include "ops/elementwise.h"
+#include "ops/layout.h"
+#include "ops/shape_ops.h"
 
 #ifdef STRATA_WITH_CUDNN
 // The legacy convolution API is deprecated in cuDNN 9; these calls are what this file is for.
@@ -52,72 +64,24 @@ constexpr int kThreads = 256;
 constexpr size_t kWorkspaceLimit = size_t{512} << 20;
 
 using ::strata::ops::cuda_detail::check_float;
+using ::strata::ops::cuda_detail::check_on_device;
 using ::strata::ops::cuda_detail::check_same_dtype;
 using ::strata::ops::cuda_detail::check_shape;
 using ::strata::ops::cuda_detail::dispatch_float;
 using ::strata::ops::cuda_detail::from_f32;
+using ::strata::ops::cuda_detail::is_cuda_float;
 using ::strata::ops::cuda_detail::to_f32;
 
-// ---- bias kernels -----------------------------------------------------------------------------
+// ---- bias -------------------------------------------------------------------------------------
 
-// y[b, o, :] += bias[o]; y is (B, OC, plane).
+// y[i] += bias[i mod OC]: y channels-last, its memory (B OH OW, OC) rows.
 template <typename T, typename I>
-__global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, I total, I plane,
-                                I channels) {
+__global__ void add_bias_nhwc_kernel(T* __restrict__ y, const T* __restrict__ bias, I total,
+                                     I channels) {
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<I>(gridDim.x) * blockDim.x) {
-    const I o = (i / plane) % channels;
-    y[i] = from_f32<T>(to_f32(y[i]) + to_f32(bias[o]));
+    y[i] = from_f32<T>(to_f32(y[i]) + to_f32(bias[i % channels]));
   }
-}
-
-// Block (o, split) sums its even share of channel o's B plane values of dy into
-// partial[o splits + split] (f32 per thread, double across the block).
-template <typename T, typename I>
-__global__ void bias_grad_partial_kernel(const T* __restrict__ dy, I per_channel, I plane,
-                                         int64_t channels, double* __restrict__ partial) {
-  const int64_t o = blockIdx.x;
-  const int64_t splits = gridDim.y, split = blockIdx.y;
-  const I t0 = static_cast<I>(static_cast<int64_t>(per_channel) * split / splits);
-  const I t1 = static_cast<I>(static_cast<int64_t>(per_channel) * (split + 1) / splits);
-  float sum = 0.0f;
-  for (I t = t0 + static_cast<I>(threadIdx.x); t < t1; t += static_cast<I>(blockDim.x)) {
-    const I b = t / plane;
-    const I s = t - b * plane;
-    sum += to_f32(dy[(static_cast<int64_t>(b) * channels + o) * plane + s]);
-  }
-  double total = sum;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    total += __shfl_down_sync(0xffffffffu, total, offset);
-  }
-  __shared__ double warps[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warps[warp] = total;
-  __syncthreads();
-  if (warp == 0) {
-    total = lane < static_cast<int>(blockDim.x >> 5) ? warps[lane] : 0.0;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      total += __shfl_down_sync(0xffffffffu, total, offset);
-    }
-    if (lane == 0) partial[o * splits + split] = total;
-  }
-}
-
-// A warp per channel: dbias[o] += the sum of its `splits` partial sums.
-template <typename T>
-__global__ void bias_grad_finalize_kernel(const double* __restrict__ partial, int64_t splits,
-                                          T* __restrict__ dbias) {
-  const int64_t o = blockIdx.x;
-  const int lane = threadIdx.x & 31;
-  double sum = 0.0;
-  for (int64_t k = lane; k < splits; k += 32) sum += partial[o * splits + k];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  }
-  if (lane == 0) dbias[o] = from_f32<T>(to_f32(dbias[o]) + static_cast<float>(sum));
 }
 
 struct ConvGeometry {
@@ -126,13 +90,22 @@ struct ConvGeometry {
   Conv2dParams p;
   int64_t in_image() const { return in_c * in_h * in_w; }
   int64_t out_image() const { return out_c * out_h * out_w; }
-  int64_t out_plane() const { return out_h * out_w; }
 };
 
 // The CPU op's checks (ops/conv2d_cpu.cpp), with CUDA placement and dtypes.
+// An image argument (x, dy): on the device, f32/bf16/f16, NCHW or channels-last.
+void check_image(const ExecContext& ctx, const char* op, const Tensor& t, const char* name) {
+  check_on_device(t, ctx, op, name);
+  STRATA_CHECK(is_cuda_float(t.dtype()))
+      << op << ": " << name << " " << t.shape_str() << " must be f32, bf16 or f16 on CUDA, got "
+      << dtype_name(t.dtype());
+  STRATA_CHECK(t.is_contiguous() || ops::is_channels_last(t))
+      << op << ": " << name << " " << t.str() << " must be NCHW or channels-last (NHWC)";
+}
+
 ConvGeometry conv_geometry(const ExecContext& ctx, const char* op, const Tensor& x,
                            const Tensor& weight, const Conv2dParams& p) {
-  check_float(x, ctx, op, "x");
+  check_image(ctx, op, x, "x");
   check_float(weight, ctx, op, "weight");
   check_same_dtype(x, weight, op, "x", "weight");
   STRATA_CHECK(x.dim() == 4) << op << ": x must be (B, C, H, W), got " << x.shape_str();
@@ -211,7 +184,7 @@ struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
   TensorDesc(cudnnDataType_t dtype, int64_t n, int64_t c, int64_t h, int64_t w) {
     STRATA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    STRATA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, dtype, static_cast<int>(n),
+    STRATA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NHWC, dtype, static_cast<int>(n),
                                                   static_cast<int>(c), static_cast<int>(h),
                                                   static_cast<int>(w)));
   }
@@ -225,7 +198,7 @@ struct FilterDesc {
   FilterDesc(cudnnDataType_t dtype, const ConvGeometry& g) {
     STRATA_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
     STRATA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
-        d, dtype, CUDNN_TENSOR_NCHW, static_cast<int>(g.out_c), static_cast<int>(g.in_c_g),
+        d, dtype, CUDNN_TENSOR_NHWC, static_cast<int>(g.out_c), static_cast<int>(g.in_c_g),
         static_cast<int>(g.k_h), static_cast<int>(g.k_w)));
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
@@ -337,14 +310,9 @@ AlgoChoice pick(const std::vector<Perf>& perfs, int returned, DType dtype, sc::M
   return c;
 }
 
-AlgoChoice choose_algo(sc::CudaExec& ex, const ConvGeometry& g, DType dtype, int64_t nb,
-                       Direction dir) {
-  const AlgoKey key = algo_key(ex, g, dtype, nb, dir);
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = algo_cache().find(key);
-    if (it != algo_cache().end()) return it->second;
-  }
+// cuDNN's heuristics (nothing run): when the search below has no room for its workspace.
+AlgoChoice heuristic_algo(sc::CudaExec& ex, const ConvGeometry& g, DType dtype, int64_t nb,
+                          Direction dir) {
   const sc::MathMode mode = ex.math_mode();
   const cudnnMathType_t math = requested_math(dtype, mode);
   CallDescs d(g, cudnn_dtype(dtype), nb, math);
@@ -401,35 +369,90 @@ AlgoChoice choose_algo(sc::CudaExec& ex, const ConvGeometry& g, DType dtype, int
       break;
     }
   }
+  return choice;
+}
+
+// The buffers of one call, which the search runs the candidate algorithms on (it writes the
+// call's output, which the call itself then overwrites).
+struct CallBuffers {
+  const void* x = nullptr;   // forward, backward filter
+  const void* w = nullptr;   // forward, backward data
+  const void* dy = nullptr;  // backward
+  void* out = nullptr;       // y, dx or the weight gradient
+};
+
+// Times the candidates with cudnnFind...AlgorithmEx (see the top); throws OutOfMemoryError when
+// its workspace does not fit.
+AlgoChoice found_algo(ExecContext& ctx, sc::CudaExec& ex, const ConvGeometry& g, DType dtype,
+                      int64_t nb, Direction dir, const CallBuffers& b) {
+  const sc::MathMode mode = ex.math_mode();
+  const cudnnMathType_t math = requested_math(dtype, mode);
+  CallDescs d(g, cudnn_dtype(dtype), nb, math);
+  cudnnHandle_t h = ex.cudnn();
+  const Tensor workspace = sc::scratch(ctx, kWorkspaceLimit, "cuDNN algorithm search workspace");
+  void* ws = workspace.raw_data();
+  int count = 0, returned = 0;
+  auto none = [](int) { return size_t{0}; };  // algo -1: nothing usable was timed
+  switch (dir) {
+    case Direction::kForward: {
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(std::max(count, 1));
+      STRATA_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+          h, d.x.d, b.x, d.w.d, b.w, d.conv.d, d.y.d, b.out, static_cast<int>(perfs.size()),
+          &returned, perfs.data(), ws, kWorkspaceLimit));
+      return pick(perfs, returned, dtype, mode, -1, math, none);
+    }
+    case Direction::kBackwardData: {
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(std::max(count, 1));
+      STRATA_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          h, d.w.d, b.w, d.y.d, b.dy, d.conv.d, d.x.d, b.out, static_cast<int>(perfs.size()),
+          &returned, perfs.data(), ws, kWorkspaceLimit));
+      return pick(perfs, returned, dtype, mode, -1, math, none);
+    }
+    case Direction::kBackwardFilter: {
+      STRATA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(std::max(count, 1));
+      STRATA_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          h, d.x.d, b.x, d.y.d, b.dy, d.conv.d, d.w.d, b.out, static_cast<int>(perfs.size()),
+          &returned, perfs.data(), ws, kWorkspaceLimit));
+      return pick(perfs, returned, dtype, mode, -1, math, none);
+    }
+  }
+  return AlgoChoice{};
+}
+
+// The cached choice for this key, or (never searched) cuDNN's heuristics, cached too.
+AlgoChoice heuristic_or_cached(sc::CudaExec& ex, const ConvGeometry& g, DType dtype, int64_t nb,
+                               Direction dir) {
+  const AlgoKey key = algo_key(ex, g, dtype, nb, dir);
   std::lock_guard<std::mutex> lock(cache_mutex());
+  auto it = algo_cache().find(key);
+  if (it != algo_cache().end()) return it->second;
+  const AlgoChoice choice = heuristic_algo(ex, g, dtype, nb, dir);
   algo_cache()[key] = choice;
   return choice;
 }
 
-// ---- dbias ------------------------------------------------------------------------------------
-
-template <typename T>
-void accumulate_bias_grad(ExecContext& ctx, sc::CudaExec& ex, const ConvGeometry& g, const T* dy,
-                          T* dbias) {
-  const int64_t plane = g.out_plane();
-  const int64_t per_channel = g.batch * plane;
-  const int64_t target_blocks = 4 * static_cast<int64_t>(ex.sm_count() > 0 ? ex.sm_count() : 80);
-  const int64_t splits = std::clamp<int64_t>((target_blocks + g.out_c - 1) / g.out_c, 1,
-                                             std::clamp<int64_t>(per_channel / 2048, 1, 65535));
-  Tensor partial = Tensor::empty({g.out_c * splits}, DType::kF64, &ctx.allocator());
-  double* pp = partial.data<double>();
-  const dim3 grid(static_cast<unsigned>(g.out_c), static_cast<unsigned>(splits));
-  if (g.batch * g.out_image() < (int64_t{1} << 30)) {
-    bias_grad_partial_kernel<T, int32_t><<<grid, kThreads, 0, ex.stream()>>>(
-        dy, static_cast<int32_t>(per_channel), static_cast<int32_t>(plane), g.out_c, pp);
-  } else {
-    bias_grad_partial_kernel<T, int64_t>
-        <<<grid, kThreads, 0, ex.stream()>>>(dy, per_channel, plane, g.out_c, pp);
+// The cached choice for this call's key, found on the first call of the key.
+AlgoChoice choose_algo(ExecContext& ctx, sc::CudaExec& ex, const ConvGeometry& g, DType dtype,
+                       int64_t nb, Direction dir, const CallBuffers& b) {
+  const AlgoKey key = algo_key(ex, g, dtype, nb, dir);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = algo_cache().find(key);
+    if (it != algo_cache().end()) return it->second;
   }
-  STRATA_CUDA_LAUNCH_CHECK("bias_grad_partial_kernel");
-  bias_grad_finalize_kernel<T>
-      <<<static_cast<unsigned>(g.out_c), 32, 0, ex.stream()>>>(pp, splits, dbias);
-  STRATA_CUDA_LAUNCH_CHECK("bias_grad_finalize_kernel");
+  AlgoChoice choice;
+  try {
+    choice = found_algo(ctx, ex, g, dtype, nb, dir, b);
+  } catch (const OutOfMemoryError&) {  // no room for the search's workspace
+    choice.algo = -1;
+  }
+  if (choice.algo < 0) choice = heuristic_algo(ex, g, dtype, nb, dir);
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  algo_cache()[key] = choice;
+  return choice;
 }
 
 sc::CudaExec& begin_op(const ExecContext& ctx, const char* op) {
@@ -440,31 +463,39 @@ sc::CudaExec& begin_op(const ExecContext& ctx, const char* op) {
 
 }  // namespace
 
-Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                      const Conv2dParams& params) {
+Tensor conv2d_forward(ExecContext& ctx, const Tensor& x_in, const Tensor& weight,
+                      const Tensor& bias, const Conv2dParams& params) {
   constexpr const char* kOp = "conv2d_forward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
-  const ConvGeometry g = conv_geometry(ctx, kOp, x, weight, params);
+  const ConvGeometry g = conv_geometry(ctx, kOp, x_in, weight, params);
   if (bias.defined()) {
     check_float(bias, ctx, kOp, "bias");
-    check_same_dtype(x, bias, kOp, "x", "bias");
+    check_same_dtype(x_in, bias, kOp, "x", "bias");
     check_shape(bias, {g.out_c}, kOp, "bias");
   }
-  Tensor y = Tensor::empty({g.batch, g.out_c, g.out_h, g.out_w}, x.dtype(), &ctx.allocator());
+  Tensor y = empty_channels_last(ctx, {g.batch, g.out_c, g.out_h, g.out_w}, x_in.dtype());
   if (g.batch == 0) return y;
+  const Tensor x = to_channels_last(ctx, x_in);
+  const Tensor w = cuda::permute_copy(ctx, weight, {0, 2, 3, 1});  // (OC, KH, KW, C / groups)
   const cudnnDataType_t dtype = cudnn_dtype(x.dtype());
   const int64_t nb_max = images_per_call(g);
   const size_t elem = x.element_size();
   const float alpha = 1.0f, beta = 0.0f;
   for (int64_t b0 = 0; b0 < g.batch; b0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.batch - b0);
-    const AlgoChoice c = choose_algo(ex, g, x.dtype(), nb, Direction::kForward);
-    CallDescs d(g, dtype, nb, c.math);
-    void* ws = c.workspace > 0 ? ex.scratch(c.workspace) : nullptr;
     const char* px = static_cast<const char*>(x.raw_data()) + b0 * g.in_image() * elem;
     char* py = static_cast<char*>(y.raw_data()) + b0 * g.out_image() * elem;
+    CallBuffers buffers;
+    buffers.x = px;
+    buffers.w = w.raw_data();
+    buffers.out = py;
+    const AlgoChoice c = choose_algo(ctx, ex, g, x.dtype(), nb, Direction::kForward, buffers);
+    CallDescs d(g, dtype, nb, c.math);
+    const Tensor workspace =
+        c.workspace > 0 ? sc::scratch(ctx, c.workspace, "cuDNN convolution workspace") : Tensor();
+    void* ws = workspace.defined() ? workspace.raw_data() : nullptr;
     STRATA_CUDNN_CHECK(cudnnConvolutionForward(
-        ex.cudnn(), &alpha, d.x.d, px, d.w.d, weight.raw_data(), d.conv.d,
+        ex.cudnn(), &alpha, d.x.d, px, d.w.d, w.raw_data(), d.conv.d,
         static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace, &beta, d.y.d, py));
   }
   if (bias.defined()) {
@@ -475,81 +506,98 @@ Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, c
       const int64_t total = y.numel();
       const unsigned blocks = sc::blocks_for(total, kThreads, ex);
       if (total < (int64_t{1} << 30)) {
-        add_bias_kernel<T, int32_t><<<blocks, kThreads, 0, ex.stream()>>>(
-            py, pb, static_cast<int32_t>(total), static_cast<int32_t>(g.out_plane()),
-            static_cast<int32_t>(g.out_c));
+        add_bias_nhwc_kernel<T, int32_t><<<blocks, kThreads, 0, ex.stream()>>>(
+            py, pb, static_cast<int32_t>(total), static_cast<int32_t>(g.out_c));
       } else {
-        add_bias_kernel<T, int64_t>
-            <<<blocks, kThreads, 0, ex.stream()>>>(py, pb, total, g.out_plane(), g.out_c);
+        add_bias_nhwc_kernel<T, int64_t>
+            <<<blocks, kThreads, 0, ex.stream()>>>(py, pb, total, g.out_c);
       }
-      STRATA_CUDA_LAUNCH_CHECK("add_bias_kernel");
+      STRATA_CUDA_LAUNCH_CHECK("add_bias_nhwc_kernel");
     });
   }
   return y;
 }
 
-Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
-                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
-                       bool need_dx) {
+Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy_in, const Tensor& x_in,
+                       const Tensor& weight, const Conv2dParams& params, const Tensor& dweight,
+                       const Tensor& dbias, bool need_dx) {
   constexpr const char* kOp = "conv2d_backward";
   sc::CudaExec& ex = begin_op(ctx, kOp);
-  const ConvGeometry g = conv_geometry(ctx, kOp, x, weight, params);
-  check_float(dy, ctx, kOp, "dy");
-  check_same_dtype(x, dy, kOp, "x", "dy");
-  check_shape(dy, {g.batch, g.out_c, g.out_h, g.out_w}, kOp, "dy");
+  const ConvGeometry g = conv_geometry(ctx, kOp, x_in, weight, params);
+  check_image(ctx, kOp, dy_in, "dy");
+  check_same_dtype(x_in, dy_in, kOp, "x", "dy");
+  STRATA_CHECK(dy_in.shape() == (Shape{g.batch, g.out_c, g.out_h, g.out_w}))
+      << kOp << ": dy " << dy_in.shape_str() << " must be (" << g.batch << ", " << g.out_c << ", "
+      << g.out_h << ", " << g.out_w << ")";
   if (dweight.defined()) {
     check_float(dweight, ctx, kOp, "dweight");
-    check_same_dtype(x, dweight, kOp, "x", "dweight");
+    check_same_dtype(x_in, dweight, kOp, "x", "dweight");
     check_shape(dweight, weight.shape(), kOp, "dweight");
   }
   if (dbias.defined()) {
     check_float(dbias, ctx, kOp, "dbias");
-    check_same_dtype(x, dbias, kOp, "x", "dbias");
+    check_same_dtype(x_in, dbias, kOp, "x", "dbias");
     check_shape(dbias, {g.out_c}, kOp, "dbias");
   }
   Tensor dx;
-  if (need_dx) dx = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
+  if (need_dx) dx = empty_channels_last(ctx, x_in.shape(), x_in.dtype());
   if (g.batch == 0) return dx;
-  if (dbias.defined()) {
-    dispatch_float(x.dtype(), kOp, [&](auto tag) {
-      using T = decltype(tag);
-      accumulate_bias_grad<T>(ctx, ex, g, static_cast<const T*>(dy.raw_data()),
-                              static_cast<T*>(dbias.raw_data()));
-    });
+  const Tensor dy = to_channels_last(ctx, dy_in);
+  if (dbias.defined()) {  // the column sums of dy's (B OH OW, OC) rows
+    const Tensor rows = detail::nhwc_view(dy).view({-1, g.out_c});
+    cuda::add_(ctx, dbias, cuda::sum_to_shape(ctx, rows, {g.out_c}), 1.0);
   }
   if (!need_dx && !dweight.defined()) return dx;
-  const cudnnDataType_t dtype = cudnn_dtype(x.dtype());
+  const Tensor x = dweight.defined() ? to_channels_last(ctx, x_in) : Tensor();
+  const Tensor w = cuda::permute_copy(ctx, weight, {0, 2, 3, 1});  // (OC, KH, KW, C / groups)
+  Tensor dw;  // the weight gradient in w's layout, over every chunk
+  if (dweight.defined()) dw = Tensor::empty(w.shape(), w.dtype(), &ctx.allocator());
+  const cudnnDataType_t dtype = cudnn_dtype(x_in.dtype());
   const int64_t nb_max = images_per_call(g);
-  const size_t elem = x.element_size();
+  const size_t elem = x_in.element_size();
   const float one = 1.0f, zero = 0.0f;
   for (int64_t b0 = 0; b0 < g.batch; b0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.batch - b0);
-    AlgoChoice data_algo, filter_algo;
-    if (need_dx) data_algo = choose_algo(ex, g, x.dtype(), nb, Direction::kBackwardData);
-    if (dweight.defined()) {
-      filter_algo = choose_algo(ex, g, x.dtype(), nb, Direction::kBackwardFilter);
-    }
-    const size_t ws_bytes = std::max(need_dx ? data_algo.workspace : size_t{0},
-                                     dweight.defined() ? filter_algo.workspace : size_t{0});
-    void* ws = ws_bytes > 0 ? ex.scratch(ws_bytes) : nullptr;
-    const char* px = static_cast<const char*>(x.raw_data()) + b0 * g.in_image() * elem;
     const char* pdy = static_cast<const char*>(dy.raw_data()) + b0 * g.out_image() * elem;
     if (dweight.defined()) {
-      CallDescs d(g, dtype, nb, filter_algo.math);
-      STRATA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-          ex.cudnn(), &one, d.x.d, px, d.y.d, pdy, d.conv.d,
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo.algo), ws, filter_algo.workspace,
-          &one, d.w.d, dweight.raw_data()));
+      const char* px = static_cast<const char*>(x.raw_data()) + b0 * g.in_image() * elem;
+      CallBuffers buffers;
+      buffers.x = px;
+      buffers.dy = pdy;
+      buffers.out = dw.raw_data();
+      // The search writes dw: it runs on the first chunk only, before dw holds anything.
+      const AlgoChoice a =
+          b0 == 0 ? choose_algo(ctx, ex, g, x_in.dtype(), nb, Direction::kBackwardFilter, buffers)
+                  : heuristic_or_cached(ex, g, x_in.dtype(), nb, Direction::kBackwardFilter);
+      const Tensor workspace =
+          a.workspace > 0 ? sc::scratch(ctx, a.workspace, "cuDNN convolution workspace") : Tensor();
+      CallDescs d(g, dtype, nb, a.math);
+      const float* beta = b0 == 0 ? &zero : &one;  // accumulate over the chunks
+      STRATA_CUDNN_CHECK(
+          cudnnConvolutionBackwardFilter(ex.cudnn(), &one, d.x.d, px, d.y.d, pdy, d.conv.d,
+                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+                                         workspace.defined() ? workspace.raw_data() : nullptr,
+                                         a.workspace, beta, d.w.d, dw.raw_data()));
     }
     if (need_dx) {
-      CallDescs d(g, dtype, nb, data_algo.math);
       char* pdx = static_cast<char*>(dx.raw_data()) + b0 * g.in_image() * elem;
+      CallBuffers buffers;
+      buffers.w = w.raw_data();
+      buffers.dy = pdy;
+      buffers.out = pdx;
+      const AlgoChoice a =
+          choose_algo(ctx, ex, g, x_in.dtype(), nb, Direction::kBackwardData, buffers);
+      const Tensor workspace =
+          a.workspace > 0 ? sc::scratch(ctx, a.workspace, "cuDNN convolution workspace") : Tensor();
+      CallDescs d(g, dtype, nb, a.math);
       STRATA_CUDNN_CHECK(cudnnConvolutionBackwardData(
-          ex.cudnn(), &one, d.w.d, weight.raw_data(), d.y.d, pdy, d.conv.d,
-          static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo.algo), ws, data_algo.workspace,
-          &zero, d.x.d, pdx));
+          ex.cudnn(), &one, d.w.d, w.raw_data(), d.y.d, pdy, d.conv.d,
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
+          workspace.defined() ? workspace.raw_data() : nullptr, a.workspace, &zero, d.x.d, pdx));
     }
   }
+  // dweight += the gradient, back in (OC, C / groups, KH, KW).
+  if (dweight.defined()) cuda::add_(ctx, dweight, cuda::permute_copy(ctx, dw, {0, 3, 1, 2}), 1.0);
   return dx;
 }
 

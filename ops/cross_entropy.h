@@ -22,17 +22,25 @@ struct CrossEntropyOptions {
   // Divides the summed loss. 0: the number of targets in this call that are not ignored (a call
   // where every target is ignored then gives loss 0).
   double normalizer = 0.0;
+  // Classes counted: the first num_classes columns of the logits (0: all of them). A vocabulary
+  // padded for the GPU (graph/transformer.h) gives logits (N, Vp) of which the first V are the
+  // model's; the padding takes no part in the softmax or the smoothing (V here is num_classes),
+  // targets must be below num_classes, and its gradient is 0.
+  int64_t num_classes = 0;
 };
 
 // Number of targets that are not ignore_index.
 int64_t count_targets(const Tensor& targets, int64_t ignore_index);
 
-// logits: (N, V) f32/f64; targets: (N,) i32/i64, each in [0, V) or ignore_index (anything else
-// is an error naming the row and value). Returns the loss as a scalar tensor of shape () in
+// logits: (N, C) f32/f64 with V = options.num_classes (or C) classes counted; targets: (N,)
+// i32/i64, each in [0, V) or ignore_index (anything else is an error naming the row and value).
+// The CPU computes a padded call on a copy of the first V columns, so its loss and gradient are
+// bit for bit those of the unpadded logits. Returns the loss as a scalar tensor of shape () in
 // logits' dtype, but f32 for bf16/f16 logits (mixed precision; the CPU computes those in f32).
 Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
                              const CrossEntropyOptions& options);
-// dlogits = dloss * (softmax(logits) - q) / normalizer for counted rows, 0 for ignored rows.
+// dlogits = dloss * (softmax(logits) - q) / normalizer for counted rows, 0 for ignored rows and
+// for the padding columns; shaped like logits.
 Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
                               const CrossEntropyOptions& options, double dloss = 1.0);
 

@@ -114,9 +114,12 @@ Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tenso
         if (t == options.ignore_index) continue;
         const T* x = px + i * d.v;
         if constexpr (std::is_same_v<T, float>) {
+          // The smoothing term only with smoothing: 0 x sum_x would be NaN for a row with a -inf
+          // logit (a padded vocabulary's columns, when num_classes leaves them in).
           double sum_x = 0.0;
-          row_loss[i] = log_sum_exp_f32(x, d.v, &sum_x) - (1.0 - eps) * static_cast<double>(x[t]) -
-                        eps / static_cast<double>(d.v) * sum_x;
+          row_loss[i] = log_sum_exp_f32(x, d.v, eps > 0.0 ? &sum_x : nullptr) -
+                        (1.0 - eps) * static_cast<double>(x[t]);
+          if (eps > 0.0) row_loss[i] -= eps / static_cast<double>(d.v) * sum_x;
           continue;
         }
         double loss_i = log_sum_exp(x, d.v) - (1.0 - eps) * static_cast<double>(x[t]);

@@ -13,6 +13,10 @@
 // on a second read of the row (from L2 for all but huge rows); ignored rows get 0. When
 // options.normalizer is 0 a one-block kernel counts the targets first, on the device.
 //
+// A padded vocabulary (options.num_classes < the logits' columns): rows are num_classes logits
+// read with the row stride of the full width; the padding takes no part in the loss and gets a
+// zero gradient.
+//
 // Targets are checked on the device: a target outside [0, V) that is not ignore_index prints the
 // op, the row and the value, and traps (the context is unusable afterwards, as after PyTorch's
 // device-side asserts); checking on the host would need a synchronization per call.
@@ -30,7 +34,8 @@ using namespace ::strata::ops::cuda_detail;
 constexpr int kFinishThreads = 1024;
 
 struct Dims {
-  int64_t n = 0, v = 0;
+  int64_t n = 0, v = 0;  // rows, classes counted
+  int64_t stride = 0;    // logits per row (v plus the padding)
 };
 
 Dims check_cross_entropy(const ExecContext& ctx, const Tensor& logits, const Tensor& targets,
@@ -39,7 +44,11 @@ Dims check_cross_entropy(const ExecContext& ctx, const Tensor& logits, const Ten
   STRATA_CHECK_EQ(logits.dim(), 2) << op << ": logits must be (N, V), got " << logits.shape_str();
   Dims d;
   d.n = logits.size(0);
-  d.v = logits.size(1);
+  d.stride = logits.size(1);
+  STRATA_CHECK(options.num_classes >= 0 && options.num_classes <= d.stride)
+      << op << ": options.num_classes " << options.num_classes << " must be in [0, " << d.stride
+      << "] for logits " << logits.shape_str();
+  d.v = options.num_classes > 0 ? options.num_classes : d.stride;
   STRATA_CHECK_GE(d.v, 1) << op << ": logits " << logits.shape_str() << " has no classes";
   check_index(targets, ctx, op, "targets");
   check_shape(targets, {d.n}, op, "targets");
@@ -142,8 +151,8 @@ struct RowLayout {
 template <typename T, int TPR, bool kSmooth>
 __global__ void __launch_bounds__(TPR == 32 ? 256 : TPR)
     ce_forward_rows_kernel(const T* __restrict__ logits, const void* __restrict__ targets,
-                           bool targets64, int64_t n, int64_t v, int64_t ignore_index, double eps,
-                           double* __restrict__ row_loss) {
+                           bool targets64, int64_t n, int64_t v, int64_t stride,
+                           int64_t ignore_index, double eps, double* __restrict__ row_loss) {
   using L = RowLayout<TPR>;
   const int tid = threadIdx.x;
   for (int64_t row = L::first_row(); row < n; row += L::row_stride()) {
@@ -156,7 +165,7 @@ __global__ void __launch_bounds__(TPR == 32 ? 256 : TPR)
       if (tid == 0) report_bad_target(true, row, t, v, ignore_index);
       continue;
     }
-    const T* x = logits + row * v;
+    const T* x = logits + row * stride;
     float m = -INFINITY, s = 0.0f, sx = 0.0f;
     for_each_in_row(x, v, tid, TPR, [&](auto cnt, int64_t, const float* vals) {
       lse_add<kSmooth, decltype(cnt)::value>(m, s, sx, vals);
@@ -211,8 +220,9 @@ __global__ void __launch_bounds__(kFinishThreads)
 template <typename T, int TPR>
 __global__ void __launch_bounds__(TPR == 32 ? 256 : TPR)
     ce_backward_rows_kernel(const T* __restrict__ logits, const void* __restrict__ targets,
-                            bool targets64, int64_t n, int64_t v, int64_t ignore_index, double eps,
-                            double normalizer, const long long* __restrict__ count, double dloss,
+                            bool targets64, int64_t n, int64_t v, int64_t stride,
+                            int64_t ignore_index, double eps, double normalizer,
+                            const long long* __restrict__ count, double dloss,
                             T* __restrict__ dlogits) {
   using L = RowLayout<TPR>;
   const int tid = threadIdx.x;
@@ -222,16 +232,16 @@ __global__ void __launch_bounds__(TPR == 32 ? 256 : TPR)
   const float on_target = static_cast<float>(1.0 - eps);
   for (int64_t row = L::first_row(); row < n; row += L::row_stride()) {
     const int64_t t = load_index(targets, targets64, row);
-    T* dx = dlogits + row * v;
+    T* dx = dlogits + row * stride;
     if (t == ignore_index) {
-      zero_row(dx, v, tid, TPR);
+      zero_row(dx, stride, tid, TPR);
       continue;  // uniform over the row's threads
     }
     if (t < 0 || t >= v) {
       if (tid == 0) report_bad_target(false, row, t, v, ignore_index);
       continue;
     }
-    const T* x = logits + row * v;
+    const T* x = logits + row * stride;
     float m = -INFINITY, s = 0.0f, sx = 0.0f;
     for_each_in_row(x, v, tid, TPR, [&](auto cnt, int64_t, const float* vals) {
       lse_add<false, decltype(cnt)::value>(m, s, sx, vals);
@@ -242,6 +252,7 @@ __global__ void __launch_bounds__(TPR == 32 ? 256 : TPR)
       const float q = j == t ? off_target + on_target : off_target;
       return scale * (expf(xj - lse) - q);
     });
+    if (stride > v) zero_row(dx + v, stride - v, tid, TPR);  // the padding's gradient
   }
 }
 
@@ -266,27 +277,28 @@ dim3 row_block_dim() {
 }
 
 template <typename T, int TPR>
-void launch_forward_rows(cudaStream_t stream, const T* x, const Tensor& targets, int64_t n,
-                         int64_t v, const CrossEntropyOptions& o, double* row_loss) {
-  const unsigned blocks = row_blocks(n, RowLayout<TPR>::kRowsPerBlock);
+void launch_forward_rows(cudaStream_t stream, const T* x, const Tensor& targets, const Dims& d,
+                         const CrossEntropyOptions& o, double* row_loss) {
+  const unsigned blocks = row_blocks(d.n, RowLayout<TPR>::kRowsPerBlock);
   const bool t64 = targets.dtype() == DType::kI64;
   if (o.label_smoothing > 0.0) {
     ce_forward_rows_kernel<T, TPR, true><<<blocks, row_block_dim<TPR>(), 0, stream>>>(
-        x, targets.raw_data(), t64, n, v, o.ignore_index, o.label_smoothing, row_loss);
+        x, targets.raw_data(), t64, d.n, d.v, d.stride, o.ignore_index, o.label_smoothing,
+        row_loss);
   } else {
     ce_forward_rows_kernel<T, TPR, false><<<blocks, row_block_dim<TPR>(), 0, stream>>>(
-        x, targets.raw_data(), t64, n, v, o.ignore_index, 0.0, row_loss);
+        x, targets.raw_data(), t64, d.n, d.v, d.stride, o.ignore_index, 0.0, row_loss);
   }
   STRATA_CUDA_LAUNCH_CHECK("ce_forward_rows_kernel");
 }
 
 template <typename T, int TPR>
-void launch_backward_rows(cudaStream_t stream, const T* x, const Tensor& targets, int64_t n,
-                          int64_t v, const CrossEntropyOptions& o, const long long* count,
-                          double dloss, T* dx) {
-  const unsigned blocks = row_blocks(n, RowLayout<TPR>::kRowsPerBlock);
+void launch_backward_rows(cudaStream_t stream, const T* x, const Tensor& targets, const Dims& d,
+                          const CrossEntropyOptions& o, const long long* count, double dloss,
+                          T* dx) {
+  const unsigned blocks = row_blocks(d.n, RowLayout<TPR>::kRowsPerBlock);
   ce_backward_rows_kernel<T, TPR><<<blocks, row_block_dim<TPR>(), 0, stream>>>(
-      x, targets.raw_data(), targets.dtype() == DType::kI64, n, v, o.ignore_index,
+      x, targets.raw_data(), targets.dtype() == DType::kI64, d.n, d.v, d.stride, o.ignore_index,
       o.label_smoothing, o.normalizer, count, dloss, dx);
   STRATA_CUDA_LAUNCH_CHECK("ce_backward_rows_kernel");
 }
@@ -330,7 +342,7 @@ Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tenso
     const T* x = static_cast<const T*>(logits.raw_data());
     if (d.n > 0) {
       dispatch_threads_per_row(d.v, [&](auto tpr) {
-        launch_forward_rows<T, decltype(tpr)::value>(stream, x, targets, d.n, d.v, options, prow);
+        launch_forward_rows<T, decltype(tpr)::value>(stream, x, targets, d, options, prow);
       });
     }
     ce_finish_kernel<float><<<1, kFinishThreads, 0, stream>>>(
@@ -363,8 +375,8 @@ Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tens
     const T* x = static_cast<const T*>(logits.raw_data());
     T* dx = static_cast<T*>(dlogits.raw_data());
     dispatch_threads_per_row(d.v, [&](auto tpr) {
-      launch_backward_rows<T, decltype(tpr)::value>(stream, x, targets, d.n, d.v, options, pcount,
-                                                    dloss, dx);
+      launch_backward_rows<T, decltype(tpr)::value>(stream, x, targets, d, options, pcount, dloss,
+                                                    dx);
     });
   });
   return dlogits;

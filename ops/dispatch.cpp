@@ -30,6 +30,8 @@
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/layer_norm.h"
+#include "ops/layout.h"
+#include "ops/linear_padded.h"
 #include "ops/matmul.h"
 #include "ops/optimizer.h"
 #include "ops/pooling.h"
@@ -53,7 +55,16 @@ struct OpRow {
   Fn* cpu;
   Fn* cuda;
   Widen widen;
+  // The CUDA kernel takes channels-last (NHWC) tensors itself (ops/layout.h); every other kernel
+  // gets NCHW copies of channels-last arguments.
+  bool cuda_channels_last = false;
 };
+
+template <typename Fn>
+constexpr OpRow<Fn> takes_channels_last_on_cuda(OpRow<Fn> r) {
+  r.cuda_channels_last = true;
+  return r;
+}
 
 template <typename T>
 struct NoDeduce {
@@ -71,7 +82,7 @@ struct NoDeduce {
 template <typename Fn>
 constexpr OpRow<Fn> row(const char* name, Fn* cpu, typename NoDeduce<Fn>::type* cuda,
                         Widen widen = Widen::kNarrowResults) {
-  return OpRow<Fn>{name, cpu, cuda, widen};
+  return OpRow<Fn>{name, cpu, cuda, widen, false};
 }
 
 // ---- 16-bit tensors on the CPU
@@ -173,16 +184,9 @@ class Widening {
     narrow(r.pre);
   }
   void narrow(MaxPool2dResult& r) const { narrow(r.y); }
-  void narrow(BatchNormTrainResult& r) const {
-    narrow(r.y);
-    narrow(r.save_mean);
-    narrow(r.save_invstd);
-  }
-  void narrow(LayerNormResult& r) const {
-    narrow(r.y);
-    narrow(r.mean);
-    narrow(r.rstd);
-  }
+  // Normalization statistics stay f32, as on CUDA (batch_norm_stat_dtype, ops/layer_norm.h).
+  void narrow(BatchNormTrainResult& r) const { narrow(r.y); }
+  void narrow(LayerNormResult& r) const { narrow(r.y); }
   void narrow(DropoutResult& r) const { narrow(r.y); }
   void narrow(AttentionResult& r) const {  // lse stays f32, as on CUDA
     narrow(r.out);
@@ -217,8 +221,22 @@ decltype(auto) call_widened(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args
   }
 }
 
+// ---- channels-last arguments (ops/layout.h)
+// ------------------------------------------------------
+
+bool channels_last_arg(const Tensor& t) { return is_channels_last(t); }
+template <typename T, typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, Tensor>>>
+bool channels_last_arg(const T&) {
+  return false;
+}
+Tensor nchw_arg(const Tensor& t) { return detail::nchw(t); }
+template <typename T, typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, Tensor>>>
+T&& nchw_arg(T&& x) {
+  return std::forward<T>(x);
+}
+
 template <typename Fn, typename... Args>
-decltype(auto) call(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
+decltype(auto) call_kernel(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
   Fn* kernel = nullptr;
   switch (ctx.device().type) {
     case DeviceType::kCPU:
@@ -244,6 +262,16 @@ decltype(auto) call(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
   return kernel(ctx, std::forward<Args>(args)...);
 }
 
+template <typename Fn, typename... Args>
+decltype(auto) call(const OpRow<Fn>& r, ExecContext& ctx, Args&&... args) {
+  // Channels-last tensors reach only the kernels that take them: the others get NCHW copies
+  // (only activations are ever channels-last, and these kernels only read them).
+  if (!(ctx.device().is_cuda() && r.cuda_channels_last) && (channels_last_arg(args) || ...)) {
+    return call_kernel(r, ctx, nchw_arg(std::forward<Args>(args))...);
+  }
+  return call_kernel(r, ctx, std::forward<Args>(args)...);
+}
+
 // ---- the table ---------------------------------------------------------------------------------
 //                         name                            cpu                               cuda
 const auto kMatmul = row("matmul", cpu::matmul, STRATA_CUDA_KERNEL(matmul));
@@ -255,10 +283,14 @@ const auto kLinearBackward =
     row("linear_backward", cpu::linear_backward, STRATA_CUDA_KERNEL(linear_backward));
 const auto kLinearGeluForward =
     row("linear_gelu_forward", cpu::linear_gelu_forward, STRATA_CUDA_KERNEL(linear_gelu_forward));
-const auto kConv2dForward =
-    row("conv2d_forward", cpu::conv2d_forward, STRATA_CUDA_KERNEL(conv2d_forward));
-const auto kConv2dBackward =
-    row("conv2d_backward", cpu::conv2d_backward, STRATA_CUDA_KERNEL(conv2d_backward));
+const auto kLinearPaddedForward = row("linear_padded_forward", cpu::linear_padded_forward,
+                                      STRATA_CUDA_KERNEL(linear_padded_forward));
+const auto kLinearPaddedBackward = row("linear_padded_backward", cpu::linear_padded_backward,
+                                       STRATA_CUDA_KERNEL(linear_padded_backward));
+const auto kConv2dForward = takes_channels_last_on_cuda(
+    row("conv2d_forward", cpu::conv2d_forward, STRATA_CUDA_KERNEL(conv2d_forward)));
+const auto kConv2dBackward = takes_channels_last_on_cuda(
+    row("conv2d_backward", cpu::conv2d_backward, STRATA_CUDA_KERNEL(conv2d_backward)));
 const auto kMaxPool2dForward =
     row("max_pool2d_forward", cpu::max_pool2d_forward, STRATA_CUDA_KERNEL(max_pool2d_forward));
 const auto kMaxPool2dBackward =
@@ -456,21 +488,66 @@ Tensor adaptive_avg_pool2d_backward(ExecContext& ctx, const Tensor& dy, const Sh
   return call(kAdaptiveAvgPool2dBackward, ctx, dy, x_shape);
 }
 
+DType batch_norm_stat_dtype(DType x) { return is_16bit(x) ? DType::kF32 : x; }
+
+namespace {
+
+// A channels-last x (N, C, H, W) as the (N H W, C) rows of its memory, and such rows back as a
+// channels-last tensor shaped like x.
+Tensor nhwc_rows(const Tensor& x) { return detail::nhwc_view(x).view({-1, x.size(1)}); }
+Tensor from_nhwc_rows(const Tensor& rows, const Tensor& x) {
+  return detail::from_nhwc(rows.view({x.size(0), x.size(2), x.size(3), x.size(1)}));
+}
+
+// The statistics of a batch norm call are in batch_norm_stat_dtype(x) on every device.
+void check_stat_dtype(const char* op, const Tensor& x, const Tensor& stat, const char* name) {
+  if (!x.defined() || !stat.defined()) return;
+  STRATA_CHECK(stat.dtype() == batch_norm_stat_dtype(x.dtype()))
+      << op << ": " << name << " is " << dtype_name(stat.dtype()) << " for a "
+      << dtype_name(x.dtype()) << " x; batch-norm statistics are "
+      << dtype_name(batch_norm_stat_dtype(x.dtype())) << " (f32 under bf16/f16)";
+}
+
+}  // namespace
+
 BatchNormTrainResult batch_norm_forward_train(ExecContext& ctx, const Tensor& x,
                                               const Tensor& gamma, const Tensor& beta,
                                               const Tensor& running_mean, const Tensor& running_var,
                                               double momentum, double eps) {
+  check_stat_dtype("batch_norm_forward_train", x, running_mean, "running_mean");
+  check_stat_dtype("batch_norm_forward_train", x, running_var, "running_var");
+  if (is_channels_last(x)) {  // NHWC memory is (N H W, C): the same per-channel statistics
+    BatchNormTrainResult r = call(kBatchNormForwardTrain, ctx, nhwc_rows(x), gamma, beta,
+                                  running_mean, running_var, momentum, eps);
+    r.y = from_nhwc_rows(r.y, x);
+    return r;
+  }
   return call(kBatchNormForwardTrain, ctx, x, gamma, beta, running_mean, running_var, momentum,
               eps);
 }
 Tensor batch_norm_forward_eval(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
                                const Tensor& beta, const Tensor& running_mean,
                                const Tensor& running_var, double eps) {
+  check_stat_dtype("batch_norm_forward_eval", x, running_mean, "running_mean");
+  check_stat_dtype("batch_norm_forward_eval", x, running_var, "running_var");
+  if (is_channels_last(x)) {
+    return from_nhwc_rows(
+        call(kBatchNormForwardEval, ctx, nhwc_rows(x), gamma, beta, running_mean, running_var, eps),
+        x);
+  }
   return call(kBatchNormForwardEval, ctx, x, gamma, beta, running_mean, running_var, eps);
 }
 Tensor batch_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                            const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dgamma,
                            const Tensor& dbeta) {
+  check_stat_dtype("batch_norm_backward", x, save_mean, "save_mean");
+  check_stat_dtype("batch_norm_backward", x, save_invstd, "save_invstd");
+  if (is_channels_last(x)) {
+    const Tensor dy_rows = detail::nhwc_operand(dy).view({-1, x.size(1)});
+    return from_nhwc_rows(call(kBatchNormBackward, ctx, dy_rows, nhwc_rows(x), gamma, save_mean,
+                               save_invstd, dgamma, dbeta),
+                          x);
+  }
   return call(kBatchNormBackward, ctx, dy, x, gamma, save_mean, save_invstd, dgamma, dbeta);
 }
 
@@ -481,15 +558,36 @@ LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tens
 Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                            const Tensor& mean, const Tensor& rstd, const Tensor& dgamma,
                            const Tensor& dbeta) {
+  for (const auto& [t, name] : {std::pair{&mean, "mean"}, std::pair{&rstd, "rstd"}}) {
+    STRATA_CHECK(!x.defined() || !t->defined() || t->dtype() == batch_norm_stat_dtype(x.dtype()))
+        << "layer_norm_backward: " << name << " is " << dtype_name(t->dtype()) << " for a "
+        << dtype_name(x.dtype()) << " x; the saved statistics are "
+        << dtype_name(batch_norm_stat_dtype(x.dtype())) << " (f32 under bf16/f16)";
+  }
   return call(kLayerNormBackward, ctx, dy, x, gamma, mean, rstd, dgamma, dbeta);
 }
 
-Tensor relu_forward(ExecContext& ctx, const Tensor& x) { return call(kReluForward, ctx, x); }
+// Element-wise ops keep a channels-last activation channels-last: they run on its NHWC memory.
+Tensor relu_forward(ExecContext& ctx, const Tensor& x) {
+  if (is_channels_last(x)) return detail::from_nhwc(call(kReluForward, ctx, detail::nhwc_view(x)));
+  return call(kReluForward, ctx, x);
+}
 Tensor relu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& y) {
+  if (is_channels_last(y)) {
+    return detail::from_nhwc(
+        call(kReluBackward, ctx, detail::nhwc_operand(dy), detail::nhwc_view(y)));
+  }
   return call(kReluBackward, ctx, dy, y);
 }
-Tensor gelu_forward(ExecContext& ctx, const Tensor& x) { return call(kGeluForward, ctx, x); }
+Tensor gelu_forward(ExecContext& ctx, const Tensor& x) {
+  if (is_channels_last(x)) return detail::from_nhwc(call(kGeluForward, ctx, detail::nhwc_view(x)));
+  return call(kGeluForward, ctx, x);
+}
 Tensor gelu_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x) {
+  if (is_channels_last(x)) {
+    return detail::from_nhwc(
+        call(kGeluBackward, ctx, detail::nhwc_operand(dy), detail::nhwc_view(x)));
+  }
   return call(kGeluBackward, ctx, dy, x);
 }
 
@@ -524,12 +622,37 @@ void embedding_backward(ExecContext& ctx, const Tensor& dy, const Tensor& ids,
   call(kEmbeddingBackward, ctx, dy, ids, dweight);
 }
 
-Tensor add(ExecContext& ctx, const Tensor& a, const Tensor& b) { return call(kAdd, ctx, a, b); }
-Tensor mul(ExecContext& ctx, const Tensor& a, const Tensor& b) { return call(kMul, ctx, a, b); }
+namespace {
+// A binary element-wise op with a channels-last operand and image-sized (at most 4-D) operands:
+// on NHWC memory (the other operand converted or broadcast in NHWC order).
+bool nhwc_binary(const Tensor& a, const Tensor& b) {
+  return (is_channels_last(a) || is_channels_last(b)) && a.dim() <= 4 && b.dim() <= 4;
+}
+}  // namespace
+
+Tensor add(ExecContext& ctx, const Tensor& a, const Tensor& b) {
+  if (nhwc_binary(a, b)) {
+    return detail::from_nhwc(call(kAdd, ctx, detail::nhwc_operand(a), detail::nhwc_operand(b)));
+  }
+  return call(kAdd, ctx, a, b);
+}
+Tensor mul(ExecContext& ctx, const Tensor& a, const Tensor& b) {
+  if (nhwc_binary(a, b)) {
+    return detail::from_nhwc(call(kMul, ctx, detail::nhwc_operand(a), detail::nhwc_operand(b)));
+  }
+  return call(kMul, ctx, a, b);
+}
 Tensor scale(ExecContext& ctx, const Tensor& x, double alpha) {
+  if (is_channels_last(x)) {
+    return detail::from_nhwc(call(kScale, ctx, detail::nhwc_view(x), alpha));
+  }
   return call(kScale, ctx, x, alpha);
 }
 void add_(ExecContext& ctx, const Tensor& dst, const Tensor& src, double alpha) {
+  if (is_channels_last(dst) && src.dim() <= 4) {  // written through the view of dst's memory
+    call(kAddInplace, ctx, detail::nhwc_view(dst), detail::nhwc_operand(src), alpha);
+    return;
+  }
   call(kAddInplace, ctx, dst, src, alpha);
 }
 Tensor sum_to_shape(ExecContext& ctx, const Tensor& t, const Shape& shape) {
@@ -547,13 +670,59 @@ TensorList split(ExecContext& ctx, const Tensor& x, const std::vector<int64_t>& 
   return call(kSplit, ctx, x, sizes, dim);
 }
 
+Tensor linear_padded_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                             const Tensor& bias, int64_t n) {
+  return call(kLinearPaddedForward, ctx, x, weight, bias, n);
+}
+Tensor linear_padded_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                              const Tensor& weight, const Tensor& dweight, const Tensor& dbias,
+                              int64_t n, bool need_dx) {
+  return call(kLinearPaddedBackward, ctx, dy, x, weight, dweight, dbias, n, need_dx);
+}
+
+namespace {
+
+// A padded vocabulary on the CPU (CrossEntropyOptions::num_classes below the logits' columns):
+// the kernel runs on a contiguous copy of the counted columns, so the loss and their gradient are
+// bit for bit those of the unpadded logits. 0 when the call is not padded (or not on the CPU: the
+// CUDA kernels take the padding themselves).
+int64_t cpu_counted_classes(const ExecContext& ctx, const Tensor& logits,
+                            const CrossEntropyOptions& options, const char* op) {
+  if (!logits.defined() || logits.dim() != 2) return 0;
+  STRATA_CHECK(options.num_classes >= 0 && options.num_classes <= logits.size(1))
+      << op << ": options.num_classes " << options.num_classes << " must be in [0, "
+      << logits.size(1) << "] for logits " << logits.shape_str();
+  const bool padded = options.num_classes > 0 && options.num_classes < logits.size(1);
+  return ctx.device().is_cpu() && padded ? options.num_classes : 0;
+}
+
+Tensor counted_columns(ExecContext& ctx, const Tensor& logits, int64_t n) {
+  Tensor c = Tensor::empty({logits.size(0), n}, logits.dtype(), &ctx.allocator());
+  c.copy_from(logits.narrow(1, 0, n));
+  return c;
+}
+
+}  // namespace
+
 Tensor cross_entropy_forward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
                              const CrossEntropyOptions& options) {
-  return call(kCrossEntropyForward, ctx, logits, targets, options);
+  const int64_t n = cpu_counted_classes(ctx, logits, options, "cross_entropy_forward");
+  if (n == 0) return call(kCrossEntropyForward, ctx, logits, targets, options);
+  CrossEntropyOptions all = options;
+  all.num_classes = 0;
+  return call(kCrossEntropyForward, ctx, counted_columns(ctx, logits, n), targets, all);
 }
 Tensor cross_entropy_backward(ExecContext& ctx, const Tensor& logits, const Tensor& targets,
                               const CrossEntropyOptions& options, double dloss) {
-  return call(kCrossEntropyBackward, ctx, logits, targets, options, dloss);
+  const int64_t n = cpu_counted_classes(ctx, logits, options, "cross_entropy_backward");
+  if (n == 0) return call(kCrossEntropyBackward, ctx, logits, targets, options, dloss);
+  CrossEntropyOptions all = options;
+  all.num_classes = 0;
+  const Tensor counted =
+      call(kCrossEntropyBackward, ctx, counted_columns(ctx, logits, n), targets, all, dloss);
+  Tensor dlogits = Tensor::zeros(logits.shape(), counted.dtype(), &ctx.allocator());
+  dlogits.narrow(1, 0, n).copy_from(counted);
+  return dlogits;
 }
 int64_t topk_correct(ExecContext& ctx, const Tensor& logits, const Tensor& targets, int64_t k,
                      int64_t ignore_index) {

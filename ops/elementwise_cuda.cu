@@ -400,11 +400,12 @@ Tensor sum_to_shape(ExecContext& ctx, const Tensor& t, const Shape& shape) {
       }
       chunk = (n_reduced + splits - 1) / splits;
       splits = (n_reduced + chunk - 1) / chunk;  // no empty split
-      double* partial = nullptr;
+      Tensor partial_sums;
       if (splits > 1) {
-        partial =
-            static_cast<double*>(ex.scratch(static_cast<size_t>(splits * n_out) * sizeof(double)));
+        partial_sums = ::strata::cuda::scratch(
+            ctx, static_cast<size_t>(splits * n_out) * sizeof(double), "sum_to_shape partial sums");
       }
+      double* partial = splits > 1 ? static_cast<double*>(partial_sums.raw_data()) : nullptr;
       const dim3 grid(static_cast<unsigned>(col_blocks), grid_k, static_cast<unsigned>(splits));
       sum_cols_kernel<T><<<grid, dim3(kColTile, kColRows), 0, ex.stream()>>>(
           pt, kept_walk, reduced_walk, n_kept, n_reduced, inner, chunk, po, partial);
@@ -424,11 +425,12 @@ Tensor sum_to_shape(ExecContext& ctx, const Tensor& t, const Shape& shape) {
       }
       chunk = (total + splits - 1) / splits;
       splits = (total + chunk - 1) / chunk;
-      double* partial = nullptr;
+      Tensor partial_sums;
       if (splits > 1) {
-        partial =
-            static_cast<double*>(ex.scratch(static_cast<size_t>(splits * n_out) * sizeof(double)));
+        partial_sums = ::strata::cuda::scratch(
+            ctx, static_cast<size_t>(splits * n_out) * sizeof(double), "sum_to_shape partial sums");
       }
+      double* partial = splits > 1 ? static_cast<double*>(partial_sums.raw_data()) : nullptr;
       const dim3 grid(static_cast<unsigned>(splits), grid_k);
       sum_runs_kernel<T><<<grid, kRunThreads, 0, ex.stream()>>>(pt, kept_walk, reduced_walk, n_kept,
                                                                 total, inner, chunk, po, partial);

@@ -1,5 +1,6 @@
-// Layer normalization over the last dimension on CUDA: f32, bf16 and f16 (x, gamma, beta, mean,
-// rstd and the gradients all of one dtype), statistics in f32.
+// Layer normalization over the last dimension on CUDA: f32, bf16 and f16 (x, gamma, beta, y and
+// the gradients of one dtype); the saved statistics mean and rstd are f32 whatever x's dtype (as
+// the frameworks keep them under mixed precision), and are computed in f32.
 //
 // Forward: a row belongs to one warp (C <= 1024, four rows per block) or to a block (256 threads
 // up to C = 8192, 1024 beyond). Two-pass statistics as on the CPU (mean, then the mean of squared
@@ -34,8 +35,9 @@ __host__ __device__ constexpr int block_threads() {
 template <typename T, int kRowThreads, int kVec>
 __global__ void __launch_bounds__(block_threads<kRowThreads>())
     layer_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
-                              const T* __restrict__ beta, T* __restrict__ y, T* __restrict__ mean,
-                              T* __restrict__ rstd, int64_t rows, int64_t c, float eps) {
+                              const T* __restrict__ beta, T* __restrict__ y,
+                              float* __restrict__ mean, float* __restrict__ rstd, int64_t rows,
+                              int64_t c, float eps) {
   constexpr int kBlock = block_threads<kRowThreads>();
   constexpr int kRowsPerBlock = kBlock / kRowThreads;
   using P = cd::Pack<T, kVec>;
@@ -67,8 +69,8 @@ __global__ void __launch_bounds__(block_threads<kRowThreads>())
     const float var = cd::row_sum<kRowThreads>(sq, smem) * inv_c;
     const float rs = 1.0f / sqrtf(var + eps);
     if (t == 0) {
-      mean[row] = cd::from_f32<T>(mu);
-      rstd[row] = cd::from_f32<T>(rs);
+      mean[row] = mu;
+      rstd[row] = rs;
     }
     P* yr = reinterpret_cast<P*>(y + row * c);
     for (int64_t j = t; j < packs; j += kRowThreads) {
@@ -91,8 +93,9 @@ __global__ void __launch_bounds__(block_threads<kRowThreads>())
 template <typename T, int kRowThreads, int kVec>
 __global__ void __launch_bounds__(block_threads<kRowThreads>())
     layer_norm_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                         const T* __restrict__ gamma, const T* __restrict__ mean,
-                         const T* __restrict__ rstd, T* __restrict__ dx, int64_t rows, int64_t c) {
+                         const T* __restrict__ gamma, const float* __restrict__ mean,
+                         const float* __restrict__ rstd, T* __restrict__ dx, int64_t rows,
+                         int64_t c) {
   constexpr int kBlock = block_threads<kRowThreads>();
   constexpr int kRowsPerBlock = kBlock / kRowThreads;
   using P = cd::Pack<T, kVec>;
@@ -105,7 +108,7 @@ __global__ void __launch_bounds__(block_threads<kRowThreads>())
        row < rows; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
     const P* xr = reinterpret_cast<const P*>(x + row * c);
     const P* dyr = reinterpret_cast<const P*>(dy + row * c);
-    const float mu = cd::to_f32(mean[row]), rs = cd::to_f32(rstd[row]);
+    const float mu = mean[row], rs = rstd[row];
     float sum_g = 0.0f, sum_gx = 0.0f;
     for (int64_t j = t; j < packs; j += kRowThreads) {
       const P p = xr[j], d = dyr[j];
@@ -144,8 +147,8 @@ constexpr int kColRows = 8;   // rows in flight per block (threadIdx.y)
 // partial[s, 0, col] = sum over rows of split s of dy xhat, partial[s, 1, col] = sum of dy.
 template <typename T>
 __global__ void layer_norm_param_partials_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                                 const T* __restrict__ mean,
-                                                 const T* __restrict__ rstd, int64_t rows,
+                                                 const float* __restrict__ mean,
+                                                 const float* __restrict__ rstd, int64_t rows,
                                                  int64_t c, int64_t chunk,
                                                  double* __restrict__ partial) {
   __shared__ double tile_g[kColRows][kColTile + 1];
@@ -157,7 +160,7 @@ __global__ void layer_norm_param_partials_kernel(const T* __restrict__ dy, const
   if (col < c) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
       const float d = cd::to_f32(dy[r * c + col]);
-      const float xhat = (cd::to_f32(x[r * c + col]) - cd::to_f32(mean[r])) * cd::to_f32(rstd[r]);
+      const float xhat = (cd::to_f32(x[r * c + col]) - mean[r]) * rstd[r];
       acc_g += static_cast<double>(d) * static_cast<double>(xhat);
       acc_b += static_cast<double>(d);
     }
@@ -260,8 +263,8 @@ LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tens
   const int64_t rows = x.numel() / c;
   LayerNormResult r;
   r.y = Tensor::empty(x.shape(), x.dtype(), &ctx.allocator());
-  r.mean = Tensor::empty({rows}, x.dtype(), &ctx.allocator());
-  r.rstd = Tensor::empty({rows}, x.dtype(), &ctx.allocator());
+  r.mean = Tensor::empty({rows}, DType::kF32, &ctx.allocator());
+  r.rstd = Tensor::empty({rows}, DType::kF32, &ctx.allocator());
   if (rows == 0) return r;
   cd::dispatch_float(x.dtype(), kForward, [&](auto tag) {
     using T = decltype(tag);
@@ -269,8 +272,8 @@ LayerNormResult layer_norm_forward(ExecContext& ctx, const Tensor& x, const Tens
     const T* pg = gamma.defined() ? static_cast<const T*>(gamma.raw_data()) : nullptr;
     const T* pb = beta.defined() ? static_cast<const T*>(beta.raw_data()) : nullptr;
     T* py = static_cast<T*>(r.y.raw_data());
-    T* pmean = static_cast<T*>(r.mean.raw_data());
-    T* prstd = static_cast<T*>(r.rstd.raw_data());
+    float* pmean = static_cast<float*>(r.mean.raw_data());
+    float* prstd = static_cast<float*>(r.rstd.raw_data());
     const bool aligned = aligned16(x) && aligned16(gamma) && aligned16(beta) && aligned16(r.y);
     pick_row_config<T>(c, aligned, [&](auto rt, auto vt) {
       constexpr int kRowThreads = decltype(rt)::value;
@@ -295,7 +298,9 @@ Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
   cd::check_shape(dy, x.shape(), kBackward, "dy");
   for (const auto& [t, name] : {std::pair{&mean, "mean"}, std::pair{&rstd, "rstd"}}) {
     cd::check_float(*t, ctx, kBackward, name);
-    cd::check_same_dtype(*t, x, kBackward, name, "x");
+    STRATA_CHECK(t->dtype() == DType::kF32)
+        << kBackward << ": " << name
+        << " must be f32 (the statistics layer_norm_forward saves), got " << dtype_name(t->dtype());
     cd::check_shape(*t, {rows}, kBackward, name);
   }
   check_param(gamma, x, c, ctx, kBackward, "gamma");
@@ -308,8 +313,8 @@ Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
     const T* px = static_cast<const T*>(x.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
     const T* pg = gamma.defined() ? static_cast<const T*>(gamma.raw_data()) : nullptr;
-    const T* pmean = static_cast<const T*>(mean.raw_data());
-    const T* prstd = static_cast<const T*>(rstd.raw_data());
+    const float* pmean = static_cast<const float*>(mean.raw_data());
+    const float* prstd = static_cast<const float*>(rstd.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());
     const bool aligned = aligned16(x) && aligned16(dy) && aligned16(gamma) && aligned16(dx);
     pick_row_config<T>(c, aligned, [&](auto rt, auto vt) {
@@ -329,8 +334,10 @@ Tensor layer_norm_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, 
     splits = std::min<int64_t>(splits, 65535);
     const int64_t chunk = (rows + splits - 1) / splits;
     splits = (rows + chunk - 1) / chunk;  // no empty split
-    double* partial =
-        static_cast<double*>(ex.scratch(static_cast<size_t>(splits * 2 * c) * sizeof(double)));
+    const Tensor partial_sums =
+        ::strata::cuda::scratch(ctx, static_cast<size_t>(splits * 2 * c) * sizeof(double),
+                                "layer_norm_backward partial sums");
+    double* partial = static_cast<double*>(partial_sums.raw_data());
     layer_norm_param_partials_kernel<T>
         <<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits)),
            dim3(kColTile, kColRows), 0, ex.stream()>>>(pdy, px, pmean, prstd, rows, c, chunk,

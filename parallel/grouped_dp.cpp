@@ -123,8 +123,11 @@ GroupedDp::GroupedDp(std::unique_ptr<Communicator> comm, graph::ParamStore& stor
   groups_ = comm_->size();
   buckets_ = make_grad_buckets(store, config.bucket_mb);
   launched_.assign(buckets_.size(), false);
+  // The ring lives where the gradients do (on a CUDA stage: device memory from the stage's
+  // caching allocator), so filling and applying a slot are device copies on the stage's stream.
   for (int i = 0; i < config.delay + (config.delay > 0 ? 1 : 0); ++i) {
-    slots_.push_back(Tensor::zeros({store.grads().numel()}, store.grads().dtype()));
+    slots_.push_back(
+        Tensor::zeros({store.grads().numel()}, store.grads().dtype(), &store.grads().allocator()));
   }
   thread_ = std::thread([this] { thread_main(); });
 }
@@ -166,8 +169,10 @@ void GroupedDp::launch(int64_t update, int bucket) {
   Tensor t = store_.grads().narrow(0, b.offset, b.numel);
   if (!slots_.empty()) {
     // Delayed: the all-reduce works on a copy, so the next steps may reuse the store's buffer.
+    // On a device the copy is ordered on the stage's stream without the host waiting; the
+    // all-reduce reads it after that stream's work (communicator.h).
     Tensor copy = slot(update).narrow(0, b.offset, b.numel);
-    copy.copy_from(t);
+    copy_across_devices_async(copy, t);
     t = copy;
   }
   std::ostringstream what;
@@ -241,7 +246,7 @@ void GroupedDp::take_gradients(int64_t update) {
   STRATA_CHECK(it != unapplied_.end()) << "grouped DP: the gradient of update " << update
                                        << " of stage " << stage_ << " was never launched";
   wait_jobs(update, false);
-  if (!slots_.empty()) store_.grads().copy_from(slot(update));
+  if (!slots_.empty()) copy_across_devices_async(store_.grads(), slot(update));
   unapplied_.erase(it);
 }
 

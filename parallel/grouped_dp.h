@@ -32,8 +32,9 @@
 // AdamW bias correction) counts applied gradients, so gradient u is applied as optimizer step u.
 // At the end of a run the last D gradients are applied (Executor::flush_gradients) so that every
 // computed gradient is applied exactly once. The staleness is D steps for every parameter; D = 0
-// is synchronous training (no copy, the all-reduce runs in place). Memory: D extra gradient
-// buffers per stage.
+// is synchronous training (no copy, the all-reduce runs in place). Memory: D + 1 gradient
+// buffers per stage, on the stage's device (from the store's allocator); the copies into and out
+// of the ring are ordered on the stage's stream without the host waiting.
 //
 // Batch-norm running statistics (buffers) are averaged over the groups at every update (sum,
 // then x 1/G), so that every replica holds the same state (batch statistics themselves are per

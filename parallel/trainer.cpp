@@ -176,6 +176,8 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
   group_ = rank_ / S;
   model_ = build();
   STRATA_CHECK(model_ != nullptr && model_->size() > 0) << "Trainer: the model has no layers";
+  // A vocabulary padded inside the engine: the loss counts the real classes (as train_step does).
+  if (config_.loss.num_classes == 0) config_.loss.num_classes = model_->loss_classes();
   if (pipeline_.partition.empty()) {
     STRATA_CHECK_EQ(S, 1) << "a pipeline of " << S << " stages needs a partition";
     pipeline_.partition = {{0, model_->size()}};
@@ -301,6 +303,7 @@ EvalRecord Trainer::evaluate(int64_t step, int64_t epoch) {
   if (group_ == 0) {
     io::DataLoaderOptions options;
     options.batch_size = config_.eval_batch_size;
+    options.allocator = &ctx_.host_allocator();  // page-locked on a GPU: uploaded in place
     options.num_workers = (stage_ == 0 || stage_ == pipeline_.stages - 1) ? config_.num_workers : 0;
     const bool loads = stage_ == 0 || stage_ == pipeline_.stages - 1;
     LoaderMicroBatches source(test_, options, 1, loads, nullptr, config_.loss.ignore_index);
@@ -341,6 +344,7 @@ TrainSummary Trainer::run() {
   const bool loads = stage_ == 0 || stage_ == S - 1;
   io::DataLoaderOptions options;
   options.batch_size = config_.batch_size;
+  options.allocator = &ctx_.host_allocator();  // page-locked on a GPU: uploaded in place
   options.shuffle = true;
   options.seed = config_.seed;
   options.num_workers = loads ? config_.num_workers : 0;

@@ -16,8 +16,13 @@ shift || true
 
 generator=()
 if command -v ninja >/dev/null && [ ! -f "$build_dir/Makefile" ]; then generator=(-G Ninja); fi
+# lld links the test programs several times faster than ld (setup.sh installs it).
+linker=()
+if command -v ld.lld >/dev/null; then
+  linker=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld)
+fi
 # shellcheck disable=SC2086
-cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${linker[@]}" ${CMAKE_ARGS:-}
 cmake --build "$build_dir" -j "$jobs"
 
 case "$command" in

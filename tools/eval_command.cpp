@@ -109,7 +109,8 @@ int run_eval(const EvalOptions& o) {
   loader.start_epoch(0);
   ops::CrossEntropyOptions loss;
   loss.label_smoothing = o.label_smoothing;
-  loss.normalizer = 1.0;  // the sum: the mean is taken over the whole split
+  loss.normalizer = 1.0;                    // the sum: the mean is taken over the whole split
+  loss.num_classes = model.loss_classes();  // a padded vocabulary's padding is no class
   graph::ForwardOptions forward;
   forward.training = false;
   forward.keep_tape = false;

@@ -447,7 +447,7 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   for (size_t i = 0; i < model->size(); ++i) s.layer_names.push_back(model->layer(i).name());
   for (size_t i = 0; i < model->size(); ++i) {
     for (const graph::ParamSpec& p : model->layer(i).param_specs()) {
-      if (p.tied_to.empty()) s.num_params += shape_numel(p.shape);
+      if (p.tied_to.empty()) s.num_params += graph::valid_numel(p);  // padding rows excluded
     }
   }
 
@@ -527,6 +527,8 @@ Setup make_setup(const TrainOptions& o, int world_size) {
                                                               : 500;
   config.loss.label_smoothing = o.label_smoothing;
   config.save_weights = o.save_weights;
+  // A vocabulary padded inside the engine: the loss counts the real one (graph/transformer.h).
+  config.loss.num_classes = model->loss_classes();
   config.checkpoint.dir = o.checkpoint_dir;
   config.checkpoint.save_every = o.save_every;
   config.checkpoint.keep_last = o.keep_last;

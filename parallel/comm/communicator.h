@@ -43,6 +43,15 @@ class Request {
   // Blocks until completion or until `timeout` passes, then throws CommTimeout with `what` in the
   // message. A zero timeout waits forever.
   virtual void wait(std::chrono::milliseconds timeout, const std::string& what) = 0;
+  // Orders `stream` (a cudaStream_t of the request's device) after the operation: work enqueued
+  // on it from now on sees the operation complete. A stream-ordered backend (nccl) makes the
+  // stream wait on the device (cudaStreamWaitEvent) and returns at once, without the host waiting;
+  // the caller must still test() or wait() the request later (say at the end of the step), which
+  // is where a dead peer shows as CommTimeout. The other backends wait on the host (wait()).
+  virtual void wait_on_stream(void* stream, std::chrono::milliseconds timeout,
+                              const std::string& what) {
+    wait(timeout, what);
+  }
 };
 
 enum class ReduceOp { kSum, kMax };
@@ -80,9 +89,11 @@ class Communicator {
   // own (nccl) is stream-ordered: each operation is ordered, by events and without host
   // synchronization, after the work enqueued on the caller stream (a cudaStream_t; null: none, the
   // caller makes the tensors ready) at the moment it is launched, and a transfer in flight is
-  // device work, so a device-wide synchronization (cuda::memcpy_blocking) waits for it. The other
-  // backends (mpi, local) ignore the caller stream: they synchronize the device before they read
-  // or write a CUDA tensor, and a completed request's results are ready for any stream.
+  // device work, so a device-wide synchronization waits for it (the engine's blocking copies wait
+  // for their memory's stream only, cuda::memcpy_blocking). The other backends (mpi, local)
+  // ignore the caller stream: they read or write a CUDA tensor after the work of the stream that
+  // orders its memory (its allocator's), and a completed request's results are ready for any
+  // stream.
   virtual bool stream_ordered() const { return false; }
   virtual void set_caller_stream(void* stream) {}
 

@@ -123,10 +123,10 @@ class Buffers {
  public:
   explicit Buffers(bool cuda_aware) : cuda_aware_(cuda_aware) {}
 
-  // Memory MPI reads from `t`. A CUDA tensor is read once the device has finished the work
-  // enqueued so far (whatever stream produces it): memcpy_blocking synchronizes the device before
-  // the copy to pinned memory, and a CUDA-aware library gets the device memory after the same
-  // synchronization.
+  // Memory MPI reads from `t`. A CUDA tensor is read once the stream that orders its memory (its
+  // allocator's: the producing context's) has finished the work enqueued so far: memcpy_blocking
+  // copies to pinned memory on that stream, and a CUDA-aware library gets the device memory after
+  // the same wait.
   void* in(const Tensor& t) {
     keep_.push_back(t);
     if (!needs_staging(t)) {
@@ -134,13 +134,14 @@ class Buffers {
       return t.raw_data();
     }
     PinnedBuffer& host = stage(t);
-    cuda::memcpy_blocking(host.data(), Device::cpu(), t.raw_data(), t.device(), t.nbytes());
+    cuda::memcpy_blocking(host.data(), Device::cpu(), nullptr, t.raw_data(), t.device(),
+                          t.allocator().stream(), t.nbytes());
     return host.data();
   }
   // Memory MPI writes into `t` (and reads first when `read_too`, for in-place operations). A
-  // staged CUDA tensor is written in finish(), after the device has finished its earlier work
-  // with that memory (memcpy_blocking synchronizes first); a CUDA-aware library writes device
-  // memory whose earlier users (kernels of any stream) have finished.
+  // staged CUDA tensor is written in finish(), ordered after the earlier work of its memory's
+  // stream (memcpy_blocking); a CUDA-aware library writes device memory whose earlier users on
+  // that stream have finished.
   void* out(const Tensor& t, bool read_too) {
     if (!needs_staging(t)) {
       device_ready(t);
@@ -155,19 +156,19 @@ class Buffers {
   // completion, so that a completed request's CUDA results are ready for any stream).
   void finish() {
     for (auto& [host, t] : copy_back_) {
-      cuda::memcpy_blocking(t.raw_data(), t.device(), host, Device::cpu(), t.nbytes());
+      cuda::memcpy_blocking(t.raw_data(), t.device(), t.allocator().stream(), host, Device::cpu(),
+                            nullptr, t.nbytes());
     }
     copy_back_.clear();
   }
 
  private:
   bool needs_staging(const Tensor& t) const { return t.device().is_cuda() && !cuda_aware_; }
-  // A CUDA tensor handed to a CUDA-aware MPI directly: the device's work is done first (once per
-  // call).
+  // A CUDA tensor handed to a CUDA-aware MPI directly: the work of its memory's stream (the whole
+  // device for memory without one) is done first.
   void device_ready(const Tensor& t) {
-    if (!t.device().is_cuda() || synchronized_) return;
-    cuda::synchronize_device(t.device().index);
-    synchronized_ = true;
+    if (!t.device().is_cuda()) return;
+    cuda::synchronize_stream(t.device().index, t.allocator().stream());
   }
   PinnedBuffer& stage(const Tensor& t) {
     pinned_.push_back(std::make_unique<PinnedBuffer>(t.nbytes()));
@@ -175,7 +176,6 @@ class Buffers {
   }
 
   bool cuda_aware_;
-  bool synchronized_ = false;
   std::vector<Tensor> keep_;
   std::vector<std::unique_ptr<PinnedBuffer>> pinned_;
   std::vector<std::pair<void*, Tensor>> copy_back_;

@@ -30,13 +30,14 @@
 // - CUDA tensors: passed to MPI directly when the library is CUDA-aware (MPIX_Query_cuda_support),
 //   otherwise staged through pinned host buffers (cudaMallocHost): device-to-host before the MPI
 //   call, host-to-device when the request completes (in test()/wait(), before it reports
-//   completion). Device memory is only touched after the device has finished the work enqueued
-//   so far on every stream (the staging copies synchronize the device first; a CUDA-aware call
-//   is preceded by cudaDeviceSynchronize), so a tensor produced on any stream may be passed
-//   right after its producer was enqueued, and a receive buffer may be memory that earlier
-//   kernels used. A received tensor must not be read before its request completes; a completed
-//   request's results may be used on any stream. Not stream-ordered: the caller stream is
-//   ignored (Communicator::stream_ordered).
+//   completion). Device memory is only touched after the work enqueued so far on the stream that
+//   orders it (its allocator's, Allocator::stream(): the context's stream for a context's
+//   tensors; the whole device for memory without one): the staging copies run on that stream
+//   and wait for it, a CUDA-aware call is preceded by cudaStreamSynchronize. So a tensor produced
+//   by its context's ops may be passed right after they were enqueued, and a receive buffer may
+//   be memory that earlier kernels of that context used. A received tensor must not be read before
+//   its request completes; a completed request's results may be used on any stream. Not
+//   stream-ordered: the caller stream is ignored (Communicator::stream_ordered).
 // - Errors from MPI calls throw strata::Error through STRATA_MPI_CHECK (parallel/comm/mpi_check.h).
 #pragma once
 

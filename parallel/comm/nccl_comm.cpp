@@ -179,6 +179,18 @@ class NcclRequest final : public Request {
     return true;
   }
 
+  // The stream waits on the device for the completion event (launching the pending group first);
+  // the host does not wait. test()/wait() later still see a failure or a timeout.
+  void wait_on_stream(void* stream, std::chrono::milliseconds timeout,
+                      const std::string& what) override {
+    if (done_) return;
+    state_->check_usable(op_ + " (" + what + ")");
+    if (!done_event_->recorded) state_->flush();
+    STRATA_CUDA_CHECK(cudaSetDevice(state_->device));
+    STRATA_CUDA_CHECK(
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_event_->event, 0));
+  }
+
   void wait(std::chrono::milliseconds timeout, const std::string& what) override {
     const Clock::time_point start = Clock::now();
     auto pause = std::chrono::microseconds(50);

@@ -19,7 +19,10 @@
 //   caller enqueued before; without one, the caller must make sure the tensors are ready.
 //   Request::test() is cudaEventQuery of an event recorded after the operation; wait() polls it
 //   (50 us backing off to 1 ms) until the deadline. A completed request's results may be used on
-//   any stream.
+//   any stream. Request::wait_on_stream(s) instead makes stream s wait for that event on the
+//   device (cudaStreamWaitEvent): a consumer on s (the compute stream reading a received
+//   activation) needs no host thread polling; the request is tested later for errors and the
+//   timeout.
 // - Point to point: NCCL has no tags. Sends and receives posted back to back are collected and
 //   launched as one NCCL group (ncclGroupStart/End) when the caller first tests or waits on any
 //   request, posts a collective, or calls barrier/split; so a ring of isend + irecv does not

@@ -143,7 +143,6 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
       t = ops::cast(ctx_, t, store_.compute_dtype());  // images: rounded to 16 bits
     }
   }
-  buffers_dirty_ = buffers_dirty_ || (training && store_.mixed());
   graph::ForwardOptions options;
   options.training = training;
   options.seed = config_.seed;
@@ -248,10 +247,6 @@ void Executor::reduce_gradients() {
     // backward is done (the first stage finishes last).
     comms_.pipe->barrier("ReduceGrads (--dp-overlap off: the end of the whole backward) on stage " +
                          std::to_string(range_.stage));
-  }
-  if (buffers_dirty_) {  // mixed precision: the statistics of this update's forward passes
-    store_.store_working_buffers(ctx_);
-    buffers_dirty_ = false;
   }
   if (grouped_dp_ != nullptr) grouped_dp_->end_backward(updates_);
   ++updates_;
@@ -460,10 +455,6 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
     execute(program[i], source, &stats);
     if (range_.stages > 1) transfers_.poll();
     memory_.poll();
-  }
-  if (buffers_dirty_) {  // a program without ReduceGrads (the asynchronous schedule's segments)
-    store_.store_working_buffers(ctx_);
-    buffers_dirty_ = false;
   }
   collect_losses(&stats);
   stats.wall_seconds = seconds_since(start);

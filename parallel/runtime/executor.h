@@ -204,8 +204,6 @@ class Executor {
   Uploader uploader_;           // batches to the device
   // The last stage's loss of each micro-batch of the running program, read when it ends.
   std::vector<Tensor> losses_;
-  // Mixed precision: the working statistics changed since they were stored to the masters.
-  bool buffers_dirty_ = false;
   // The communicators whose caller stream this executor set (reset when it goes).
   std::vector<Communicator*> stream_users_;
 };

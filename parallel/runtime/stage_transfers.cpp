@@ -222,6 +222,17 @@ TensorList StageTransfers::receive(const Instruction& in, MicroBatchSource& sour
   STRATA_CHECK(it != receives_.end()) << "executor: " << describe(in) << " was never posted";
   const std::string what = describe(in);
   PendingRecv& pending = *it->second;
+  if (recv_stream_ != nullptr && route(in.op).comm->stream_ordered()) {
+    // The compute stream waits for the receive on the device (cudaStreamWaitEvent), the host
+    // goes on; drain() checks that it completed, where a dead peer shows as CommTimeout. No
+    // trace span: the host does not see when it completes.
+    for (auto& r : pending.requests) {
+      r->wait_on_stream(compute_stream(), comms_.pipe->timeout(), what);
+      waited_on_device_.push_back({what, std::move(r)});
+    }
+    pending.requests.clear();
+    pending.complete = true;
+  }
   for (auto& r : pending.requests) r->wait(comms_.pipe->timeout(), what);
   if (trace_ != nullptr && !pending.complete) {
     trace_->record_transfer(in, range_.stage + (in.op == OpCode::kRecvGrad ? 1 : -1),
@@ -292,6 +303,8 @@ void StageTransfers::poll() {
 }
 
 void StageTransfers::drain() {
+  for (auto& [what, r] : waited_on_device_) r->wait(comms_.pipe->timeout(), what);
+  waited_on_device_.clear();
   for (const std::unique_ptr<PendingSend>& s : sends_) {
     for (auto& r : s->requests) r->wait(comms_.pipe->timeout(), s->what + " (send completion)");
     if (trace_ != nullptr) {

@@ -24,7 +24,9 @@
 // from the compute stream's caching allocator, so before a stream-ordered receive the receive
 // stream waits for the compute work enqueued so far (which may still use that memory); the
 // others synchronize the device before they write it. Compute reads a received tensor only after
-// its request has completed (the host waits for it in receive()). With a stream-ordered backend
+// its request has completed: on a stream-ordered backend the compute stream waits for it on the
+// device (Request::wait_on_stream) and drain() checks it on the host; otherwise the host waits for
+// it in receive(). With a stream-ordered backend
 // (on any device), receives are posted when the interpreter reaches them, not `lookahead`
 // instructions ahead: a receive in flight is a device kernel waiting for its peer, and the
 // engine's blocking copies (the losses read back at the end of a program, a gradient norm,
@@ -48,6 +50,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/exec_context.h"
@@ -145,6 +148,8 @@ class StageTransfers {
   Trace* trace_;
   std::map<std::pair<int, int64_t>, std::unique_ptr<PendingRecv>> receives_;  // (op, mb)
   std::vector<std::unique_ptr<PendingSend>> sends_;
+  // Stream-ordered receives the compute stream waits for on the device; drain() waits on the host.
+  std::vector<std::pair<std::string, std::unique_ptr<Request>>> waited_on_device_;
   // CUDA stages of a pipeline: the streams transfers are ordered on (null on the CPU).
   std::unique_ptr<cuda::StreamHandle> send_stream_, recv_stream_;
   // Receives are posted when reached rather than ahead (a stream-ordered backend).

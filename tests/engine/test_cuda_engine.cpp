@@ -18,7 +18,7 @@ namespace strata {
 namespace {
 
 TEST(CudaEngine, SizeClasses) {
-  if (!cuda::built_with_cuda()) GTEST_SKIP() << "built without CUDA";
+  if (!cuda::built_with_cuda()) STRATA_SKIP_WITHOUT_GPU("this build has no CUDA support");
   EXPECT_EQ(cuda::CachingAllocator::round_size(0), 512u);
   EXPECT_EQ(cuda::CachingAllocator::round_size(1), 512u);
   EXPECT_EQ(cuda::CachingAllocator::round_size(512), 512u);
@@ -174,7 +174,7 @@ TEST(Uploader, CpuTensorsStayAndCudaCopiesArriveIntact) {
   const Tensor h = Tensor::full({5}, 2.0);
   EXPECT_TRUE(on_cpu.upload(h).shares_storage(h));
   EXPECT_EQ(on_cpu.in_flight(), 0u);
-  if (::strata::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device here";
+  STRATA_REQUIRE_CUDA();
   ExecContext gpu(Device::cuda(0));
   Uploader up(gpu);
   std::vector<Tensor> on_device;

@@ -32,7 +32,7 @@ int64_t spec_params(const graph::Model& model) {
   int64_t n = 0;
   for (size_t i = 0; i < model.size(); ++i) {
     for (const graph::ParamSpec& p : model.layer(i).param_specs()) {
-      if (p.tied_to.empty()) n += shape_numel(p.shape);
+      if (p.tied_to.empty()) n += graph::valid_numel(p);  // padding rows excluded
     }
   }
   return n;
@@ -64,7 +64,9 @@ TEST(TransformerModels, Gpt2LayersAndTiedHead) {
   EXPECT_EQ(layer_names(*model),
             (std::vector<std::string>{"embed", "blocks.0", "blocks.1", "head"}));
   EXPECT_EQ(model->input_specs(), (graph::TensorSpecs{{{48}, DType::kI32}}));
-  EXPECT_EQ(model->output_shape(), (Shape{48, 100}));
+  // V = 100 is padded to 128 inside the engine (-inf logits past 100; graph/transformer.h).
+  EXPECT_EQ(model->output_shape(), (Shape{48, 128}));
+  EXPECT_EQ(model->loss_classes(), 100);
   EXPECT_EQ(model->layer(3).param_specs().back().tied_to, "embed.wte.weight");
   graph::ParamStore store(*model, 0, model->size(), default_cpu_allocator());
   EXPECT_EQ(store.num_params(), spec_params(*model));
@@ -81,7 +83,8 @@ TEST(TransformerModels, BertLayersAndTiedHead) {
   EXPECT_EQ(model->input_specs(), (graph::TensorSpecs{{{3, 20}, DType::kI32}}));
   EXPECT_EQ(model->specs_before(1),
             (graph::TensorSpecs{{{20, 64}, DType::kF32}, {{20}, DType::kI32}}));
-  EXPECT_EQ(model->output_specs(), (graph::TensorSpecs{{{20, 50}, DType::kF32}}));
+  EXPECT_EQ(model->output_specs(), (graph::TensorSpecs{{{20, 128}, DType::kF32}}));  // V 50 padded
+  EXPECT_EQ(model->loss_classes(), 50);
   graph::ParamStore store(*model, 0, model->size(), default_cpu_allocator());
   EXPECT_EQ(store.num_params(), spec_params(*model));
   const auto& entries = store.param_entries();
@@ -101,7 +104,7 @@ TEST(TransformerModels, DimsOverrideTheNamedSize) {
   ModelRequest b = request("bert", "base", {3, 24}, 0);
   b.dims = {1, 32, 4, 24, 0};
   auto bert = graph::build_model(model_spec(b));
-  EXPECT_EQ(bert->output_shape(), (Shape{24, 30522}));
+  EXPECT_EQ(bert->output_shape(), (Shape{24, 30592}));  // 30522 padded to a multiple of 128
   auto expect_error = [](const ModelRequest& bad, const std::string& text) {
     try {
       model_spec(bad);

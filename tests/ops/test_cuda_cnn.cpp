@@ -500,23 +500,31 @@ TEST(CudaBatchNorm, HalfPrecisionMatchesCpu) {
       const Tensor gamma = rounded(random_f32({c}, ++seed, 0.5, 1.5), dtype);
       const Tensor beta = rounded(random_f32({c}, ++seed), dtype);
       const auto dev = [&](const Tensor& t) { return to_device(t.to(dtype), gpu); };
+      // The statistics stay f32 under 16-bit x (ops/batch_norm.h), the running ones too.
+      const Tensor rm_cpu = random_f32({c}, ++seed), rv_cpu = random_f32({c}, ++seed, 0.5, 2.0);
+      const Tensor rm_gpu = to_device(rm_cpu, gpu), rv_gpu = to_device(rv_cpu, gpu);
       const ops::BatchNormTrainResult ref =
-          ops::batch_norm_forward_train(cpu, x, gamma, beta, Tensor(), Tensor(), 0.1, 1e-5);
+          ops::batch_norm_forward_train(cpu, x, gamma, beta, rm_cpu, rv_cpu, 0.1, 1e-5);
       const ops::BatchNormTrainResult got = ops::batch_norm_forward_train(
-          gpu, dev(x), dev(gamma), dev(beta), Tensor(), Tensor(), 0.1, 1e-5);
+          gpu, dev(x), dev(gamma), dev(beta), rm_gpu, rv_gpu, 0.1, 1e-5);
       EXPECT_EQ(got.y.dtype(), dtype);
+      EXPECT_EQ(got.save_mean.dtype(), DType::kF32);
+      EXPECT_EQ(got.save_invstd.dtype(), DType::kF32);
       EXPECT_TRUE(parity(gpu, got.y, ref.y, parity_bound(prec), "y"));
       EXPECT_TRUE(parity(gpu, got.save_mean, ref.save_mean, parity_bound(prec), "mean"));
       EXPECT_TRUE(parity(gpu, got.save_invstd, ref.save_invstd, parity_bound(prec), "invstd"));
-      // Backward from the same (rounded) saved statistics on both sides.
-      const Tensor mean = rounded(ref.save_mean, dtype), invstd = rounded(ref.save_invstd, dtype);
+      EXPECT_TRUE(parity(gpu, rm_gpu, rm_cpu, parity_bound(prec), "running_mean"));
+      EXPECT_TRUE(parity(gpu, rv_gpu, rv_cpu, parity_bound(prec), "running_var"));
+      // Backward from the same f32 saved statistics on both sides.
+      const Tensor mean = ref.save_mean, invstd = ref.save_invstd;
       const Tensor dy = rounded(random_f32(k.x, ++seed), dtype);
       const Tensor dg_cpu = Tensor::zeros({c}), db_cpu = Tensor::zeros({c});
       const Tensor dg_gpu = dev(Tensor::zeros({c})), db_gpu = dev(Tensor::zeros({c}));
       const Tensor dx_ref =
           ops::batch_norm_backward(cpu, dy, x, gamma, mean, invstd, dg_cpu, db_cpu);
-      const Tensor dx = ops::batch_norm_backward(gpu, dev(dy), dev(x), dev(gamma), dev(mean),
-                                                 dev(invstd), dg_gpu, db_gpu);
+      const Tensor dx =
+          ops::batch_norm_backward(gpu, dev(dy), dev(x), dev(gamma), to_device(mean, gpu),
+                                   to_device(invstd, gpu), dg_gpu, db_gpu);
       EXPECT_TRUE(parity(gpu, dx, dx_ref, parity_bound(prec), "dx"));
       EXPECT_TRUE(parity(gpu, dg_gpu, dg_cpu, parity_bound(prec), "dgamma"));
       EXPECT_TRUE(parity(gpu, db_gpu, db_cpu, parity_bound(prec), "dbeta"));

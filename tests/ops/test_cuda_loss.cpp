@@ -568,5 +568,35 @@ TEST(CudaOptimizer, BadInputsNameOpAndTensor) {
                {"sum_of_squares", "f64"});
 }
 
+// A padded vocabulary (CrossEntropyOptions::num_classes): the CUDA kernel reads the counted
+// columns with the full row stride and zeroes the padding's gradient; the CPU computes on a copy
+// of the counted columns. With and without label smoothing; the padding holds -inf, as the heads
+// write it.
+TEST(CudaCrossEntropy, PaddedClassesMatchTheCpu) {
+  STRATA_REQUIRE_CUDA();
+  ExecContext cpu;
+  ExecContext gpu(Device::cuda(0));
+  const int64_t n = 37, v = 300, vp = 384;
+  Tensor logits = random_f32({n, vp}, 71, -4.0, 4.0);
+  logits.narrow(1, v, vp - v).fill_(-std::numeric_limits<double>::infinity());
+  Tensor targets = random_ids({n}, v, 72);
+  targets.data<int64_t>()[3] = -100;
+  for (const double smoothing : {0.0, 0.1}) {
+    SCOPED_TRACE("label smoothing " + std::to_string(smoothing));
+    ops::CrossEntropyOptions o;
+    o.num_classes = v;
+    o.label_smoothing = smoothing;
+    const Tensor lg = to_device(logits, gpu), tg = to_device(targets, gpu);
+    EXPECT_TRUE(parity(gpu, ops::cross_entropy_forward(gpu, lg, tg, o),
+                       ops::cross_entropy_forward(cpu, logits, targets, o),
+                       parity_bound(Precision::kF32), "loss"));
+    const Tensor d_gpu = ops::cross_entropy_backward(gpu, lg, tg, o, 1.0);
+    const Tensor d_cpu = ops::cross_entropy_backward(cpu, logits, targets, o, 1.0);
+    EXPECT_TRUE(parity(gpu, d_gpu, d_cpu, parity_bound(Precision::kF32), "dlogits"));
+    EXPECT_TRUE(identical(gpu, to_host(d_gpu, gpu).narrow(1, v, vp - v).contiguous(),
+                          Tensor::zeros({n, vp - v}), "the padding's gradient"));
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -10,6 +10,7 @@
 #include "engine/check.h"
 #include "engine/cuda_runtime.h"
 #include "ops/activation.h"
+#include "ops/linear_padded.h"
 #include "ops/matmul.h"
 #include "testing/cuda_parity.h"
 #include "testing/testing.h"
@@ -17,11 +18,13 @@
 namespace strata {
 namespace {
 
+using testing::identical;
 using testing::parity;
 using testing::parity_bound;
 using testing::Precision;
 using testing::random_f32;
 using testing::to_device;
+using testing::to_host;
 
 // The values a 16-bit tensor holds, as f32 (the CPU reference computes on these).
 Tensor rounded(const Tensor& t, DType dtype) { return t.to(dtype).to(DType::kF32); }
@@ -376,6 +379,42 @@ TEST(LinearGeluCpu, EqualsLinearThenGelu) {
   }
   EXPECT_THROW(
       ops::linear_gelu_forward(cpu, random_f32({2, 4}, 1), random_f32({3, 5}, 2), Tensor()), Error);
+}
+
+// The padded linear layer (ops/linear_padded.h): CUDA computes the padded product, the CPU the
+// unpadded one; the real columns agree, the padding is -inf on both, and the backward leaves the
+// padding rows of the gradients at zero. f32 and bf16.
+TEST(CudaLinearPadded, MatchesTheCpu) {
+  STRATA_REQUIRE_CUDA();
+  ExecContext cpu;
+  ExecContext gpu(Device::cuda(0));
+  const int64_t m = 33, k = 64, n = 300, np = 384;
+  for (const DType d : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const double bound = parity_bound(d == DType::kF32 ? Precision::kF32 : Precision::kBF16);
+    const Tensor x = random_f32({m, k}, 81).to(d);
+    Tensor w = random_f32({np, k}, 82);
+    w.narrow(0, n, np - n).zero_();  // padding rows are zero, as the models keep them
+    w = w.to(d);
+    const Tensor y_cpu = ops::linear_padded_forward(cpu, x, w, Tensor(), n);
+    const Tensor y_gpu =
+        ops::linear_padded_forward(gpu, to_device(x, gpu), to_device(w, gpu), Tensor(), n);
+    EXPECT_TRUE(parity(gpu, to_host(y_gpu, gpu).narrow(1, 0, n).contiguous(),
+                       y_cpu.narrow(1, 0, n).contiguous(), bound, "logits"));
+    EXPECT_TRUE(identical(gpu, to_host(y_gpu, gpu).narrow(1, n, np - n).contiguous(),
+                          y_cpu.narrow(1, n, np - n).contiguous(), "the padding's -inf"));
+    Tensor dy = random_f32({m, np}, 83);
+    dy.narrow(1, n, np - n).zero_();  // cross_entropy_backward with num_classes zeroes it
+    dy = dy.to(d);
+    const Tensor dw_cpu = Tensor::zeros({np, k}, d), dw_gpu = to_device(dw_cpu, gpu);
+    const Tensor dx_cpu = ops::linear_padded_backward(cpu, dy, x, w, dw_cpu, Tensor(), n);
+    const Tensor dx_gpu = ops::linear_padded_backward(gpu, to_device(dy, gpu), to_device(x, gpu),
+                                                      to_device(w, gpu), dw_gpu, Tensor(), n);
+    EXPECT_TRUE(parity(gpu, dx_gpu, dx_cpu, bound, "dx"));
+    EXPECT_TRUE(parity(gpu, dw_gpu, dw_cpu, bound, "dweight"));
+    EXPECT_TRUE(identical(gpu, to_host(dw_gpu, gpu).narrow(0, n, np - n).contiguous(),
+                          Tensor::zeros({np - n, k}, d), "the padding rows' gradient"));
+  }
 }
 
 }  // namespace

@@ -512,7 +512,8 @@ TEST(CudaPointwise, LayerNormForward) {
           ops::layer_norm_forward(cpu, x.f32, gamma.f32, beta.f32, 1e-5);
       const ops::LayerNormResult got = ops::layer_norm_forward(
           gpu, to_device(x.lowp, gpu), to_device(gamma.lowp, gpu), to_device(beta.lowp, gpu), 1e-5);
-      EXPECT_EQ(got.mean.dtype(), d);
+      EXPECT_EQ(got.mean.dtype(), DType::kF32);  // statistics stay f32 (ops/layer_norm.h)
+      EXPECT_EQ(got.rstd.dtype(), DType::kF32);
       const double bound = parity_bound(precision_of(d));
       const std::string what = "layer_norm C " + std::to_string(c);
       EXPECT_TRUE(parity(gpu, got.y, ref.y, bound, tag(what + " y", d)));
@@ -582,16 +583,16 @@ TEST(CudaPointwise, LayerNormBackwardAccumulates) {
       const Rounded gamma = rounded(random_f32({c}, seed++, 0.5, 1.5), d);
       const ops::LayerNormResult fwd =
           ops::layer_norm_forward(cpu, x.f32, gamma.f32, Tensor(), 1e-5);
-      const Rounded mean = rounded(fwd.mean, d), rstd = rounded(fwd.rstd, d);
+      const Tensor mean = fwd.mean, rstd = fwd.rstd;  // f32 statistics on both sides
       const Rounded dgamma = rounded(random_f32({c}, seed++), d);
       const Rounded dbeta = rounded(random_f32({c}, seed++), d);
       const Tensor ddgamma = to_device(dgamma.lowp, gpu), ddbeta = to_device(dbeta.lowp, gpu);
       const Tensor ref_dgamma = dgamma.f32.clone(), ref_dbeta = dbeta.f32.clone();
-      const Tensor dx_ref = ops::layer_norm_backward(cpu, dy.f32, x.f32, gamma.f32, mean.f32,
-                                                     rstd.f32, ref_dgamma, ref_dbeta);
+      const Tensor dx_ref = ops::layer_norm_backward(cpu, dy.f32, x.f32, gamma.f32, mean, rstd,
+                                                     ref_dgamma, ref_dbeta);
       const Tensor dx_got = ops::layer_norm_backward(
           gpu, to_device(dy.lowp, gpu), to_device(x.lowp, gpu), to_device(gamma.lowp, gpu),
-          to_device(mean.lowp, gpu), to_device(rstd.lowp, gpu), ddgamma, ddbeta);
+          to_device(mean, gpu), to_device(rstd, gpu), ddgamma, ddbeta);
       const double bound = parity_bound(precision_of(d));
       EXPECT_TRUE(parity(gpu, dx_got, dx_ref, bound, tag(what + " dx", d)));
       EXPECT_TRUE(parity(gpu, ddgamma, ref_dgamma, bound, tag(what + " dgamma", d)));

@@ -8,8 +8,10 @@
 #include <limits>
 
 #include "engine/dtype.h"
+#include "ops/batch_norm.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
+#include "ops/layer_norm.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
 #include "testing/cuda_parity.h"
@@ -131,6 +133,84 @@ TEST(Precision, CpuKernelsTake16BitTensors) {
     EXPECT_EQ(loss.item<float>(),
               cross_entropy_forward(ctx, rounded(logits, d), targets, o).item<float>());
     EXPECT_EQ(cross_entropy_backward(ctx, logits.to(d), targets, o, 1.0).dtype(), d);
+  }
+}
+
+// Normalization statistics stay f32 under bf16/f16 (ops/batch_norm.h, ops/layer_norm.h): the
+// emulation returns the f32 kernel's statistics of the rounded inputs bit for bit, unrounded,
+// updates f32 running statistics in place in f32, and rounds only y and dx.
+TEST(Precision, NormalizationStatisticsStayF32) {
+  ExecContext ctx(Device::cpu());
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    EXPECT_EQ(batch_norm_stat_dtype(d), DType::kF32);
+    const Tensor x = random_f32({4, 3, 5}, 21, -2.0, 2.0), g = random_f32({3}, 22, 0.5, 1.5),
+                 b = random_f32({3}, 23);
+    const Tensor rm = random_f32({3}, 24), rv = random_f32({3}, 25, 0.5, 2.0);
+    const Tensor rm_ref = rm.clone(), rv_ref = rv.clone();
+    const BatchNormTrainResult r =
+        batch_norm_forward_train(ctx, x.to(d), g.to(d), b.to(d), rm, rv, 0.1, 1e-5);
+    const BatchNormTrainResult ref = batch_norm_forward_train(
+        ctx, rounded(x, d), rounded(g, d), rounded(b, d), rm_ref, rv_ref, 0.1, 1e-5);
+    EXPECT_EQ(r.y.dtype(), d);
+    EXPECT_TRUE(identical(ctx, r.y, ref.y.to(d), "y"));
+    ASSERT_EQ(r.save_mean.dtype(), DType::kF32);
+    ASSERT_EQ(r.save_invstd.dtype(), DType::kF32);
+    EXPECT_TRUE(identical(ctx, r.save_mean, ref.save_mean, "save_mean"));
+    EXPECT_TRUE(identical(ctx, r.save_invstd, ref.save_invstd, "save_invstd"));
+    EXPECT_TRUE(identical(ctx, rm, rm_ref, "running_mean"));
+    EXPECT_TRUE(identical(ctx, rv, rv_ref, "running_var"));
+    bool off_grid = false;  // the f32 statistics are not rounded to 16 bits
+    for (float v : rv.to_vector<float>())
+      off_grid = off_grid || rounded(Tensor::full({1}, v), d).item<float>() != v;
+    EXPECT_TRUE(off_grid);
+    // Backward with the f32 statistics; gradients of gamma and beta accumulate in 16 bits.
+    const Tensor dy = random_f32({4, 3, 5}, 26);
+    const Tensor dg = Tensor::zeros({3}, d), db = Tensor::zeros({3}, d);
+    const Tensor dg_ref = Tensor::zeros({3}), db_ref = Tensor::zeros({3});
+    const Tensor dx =
+        batch_norm_backward(ctx, dy.to(d), x.to(d), g.to(d), r.save_mean, r.save_invstd, dg, db);
+    const Tensor dx_ref = batch_norm_backward(ctx, rounded(dy, d), rounded(x, d), rounded(g, d),
+                                              ref.save_mean, ref.save_invstd, dg_ref, db_ref);
+    EXPECT_TRUE(identical(ctx, dx, dx_ref.to(d), "dx"));
+    EXPECT_TRUE(identical(ctx, dg, dg_ref.to(d), "dgamma"));
+    EXPECT_TRUE(identical(ctx, db, db_ref.to(d), "dbeta"));
+    // Evaluation normalizes with the f32 running statistics.
+    EXPECT_TRUE(identical(ctx,
+                          batch_norm_forward_eval(ctx, x.to(d), g.to(d), b.to(d), rm, rv, 1e-5),
+                          batch_norm_forward_eval(ctx, rounded(x, d), rounded(g, d), rounded(b, d),
+                                                  rm_ref, rv_ref, 1e-5)
+                              .to(d),
+                          "eval y"));
+    // 16-bit statistics are refused, naming the dtype they must have.
+    try {
+      batch_norm_forward_train(ctx, x.to(d), g.to(d), b.to(d), rm.to(d), rv.to(d), 0.1, 1e-5);
+      ADD_FAILURE() << "16-bit running statistics accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("running_mean"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("f32"), std::string::npos) << e.what();
+    }
+
+    // Layer norm: mean and rstd f32, bit for bit the f32 kernel's; y and dx rounded.
+    const Tensor lx = random_f32({6, 16}, 27, -2.0, 2.0), lg = random_f32({16}, 28),
+                 lb = random_f32({16}, 29);
+    const LayerNormResult l = layer_norm_forward(ctx, lx.to(d), lg.to(d), lb.to(d), 1e-5);
+    const LayerNormResult lref =
+        layer_norm_forward(ctx, rounded(lx, d), rounded(lg, d), rounded(lb, d), 1e-5);
+    ASSERT_EQ(l.mean.dtype(), DType::kF32);
+    ASSERT_EQ(l.rstd.dtype(), DType::kF32);
+    EXPECT_TRUE(identical(ctx, l.mean, lref.mean, "layer norm mean"));
+    EXPECT_TRUE(identical(ctx, l.rstd, lref.rstd, "layer norm rstd"));
+    EXPECT_TRUE(identical(ctx, l.y, lref.y.to(d), "layer norm y"));
+    const Tensor ldy = random_f32({6, 16}, 30);
+    const Tensor ldx =
+        layer_norm_backward(ctx, ldy.to(d), lx.to(d), lg.to(d), l.mean, l.rstd, Tensor(), Tensor());
+    const Tensor ldx_ref = layer_norm_backward(ctx, rounded(ldy, d), rounded(lx, d), rounded(lg, d),
+                                               lref.mean, lref.rstd, Tensor(), Tensor());
+    EXPECT_TRUE(identical(ctx, ldx, ldx_ref.to(d), "layer norm dx"));
+    EXPECT_THROW(layer_norm_backward(ctx, ldy.to(d), lx.to(d), lg.to(d), l.mean.to(d), l.rstd.to(d),
+                                     Tensor(), Tensor()),
+                 Error);
   }
 }
 

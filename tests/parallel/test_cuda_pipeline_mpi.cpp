@@ -32,6 +32,7 @@
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
 #include "pipeline_testing.h"
+#include "testing/require_gpu.h"
 
 #ifdef STRATA_WITH_NCCL
 #include "parallel/comm/nccl_comm.h"
@@ -90,7 +91,11 @@ class CudaPipelineMpi : public ::testing::Test {
     // Decided together, so that every rank skips or runs the same collectives.
     Tensor have = Tensor::full({1}, cuda_device_count() > 0 ? 1.0 : 0.0, DType::kI32);
     wait(*world_->all_reduce(have), *world_, "device check");
-    if (have.item<int32_t>() != world_->size()) GTEST_SKIP() << "no CUDA device here";
+    if (have.item<int32_t>() != world_->size()) {
+      STRATA_SKIP_WITHOUT_GPU("no CUDA device on every rank (" +
+                              ::strata::testing::why_no_cuda_device() + " on rank " +
+                              std::to_string(world_->rank()) + ")");
+    }
     if (world_->size() != 2) GTEST_SKIP() << "runs as 2 ranks";
     // This rank's GPU, as strata train --device cuda chooses it.
     const ProcessInfo process = discover_process();
@@ -124,7 +129,7 @@ TEST_F(CudaPipelineMpi, TinyGpt2OverMpiMatchesOneProcess) {
 
 TEST_F(CudaPipelineMpi, TinyGpt2OverNcclMatchesMpiAndOneProcess) {
 #ifndef STRATA_WITH_NCCL
-  GTEST_SKIP() << "this build has no NCCL";
+  STRATA_SKIP_WITHOUT_GPU("this build has no NCCL");
 #else
   if (shared_gpu_) GTEST_SKIP() << "the 2 ranks share one GPU: NCCL needs a GPU per rank";
   const TinyGpt2 g;

@@ -50,8 +50,13 @@ Weights write_random_weights(const proto::ModelSpec& spec, const std::string& pa
   auto model = graph::build_model(spec);
   graph::ParamStore store(*model, 0, model->size(), default_cpu_allocator());
   for (size_t i = 0; i < store.param_entries().size(); ++i) {
-    if (store.param_entries()[i].alias) continue;
+    const graph::ParamStore::Entry& e = store.param_entries()[i];
+    if (e.alias) continue;
     store.param(i).copy_from(testing::random_tensor(store.param(i).shape(), 50 + i));
+    // A padded vocabulary's padding rows are in no file: zero, as a load leaves them.
+    if (e.valid_numel() < e.numel) {
+      store.param(i).narrow(0, e.valid_rows, e.shape[0] - e.valid_rows).zero_();
+    }
   }
   models::save_weights(path, *model, store, models::WeightNaming::kHuggingFace);
   Weights w;

@@ -126,6 +126,25 @@ TEST(LocalComm, TestPollsToCompletion) {
   });
 }
 
+// Request::wait_on_stream on a backend that completes on the host (local, mpi): a host wait, so
+// the results are there when it returns, whatever the stream (null here: the CPU has none); and
+// it times out like wait(). NCCL's (a device wait) needs a GPU: CudaPipelineMpi, NcclComm.
+TEST(LocalComm, WaitOnStreamWaitsOnTheHost) {
+  run(2, [](Communicator& comm) {
+    Tensor t = Tensor::full({1000}, 1.0 + comm.rank(), DType::kF64);
+    auto r = comm.all_reduce(t);
+    r->wait_on_stream(nullptr, comm.timeout(), "all_reduce waited on a stream");
+    EXPECT_TRUE(r->test());
+    EXPECT_EQ(t.to_vector<double>(), std::vector<double>(1000, 3.0));
+    if (comm.rank() == 1) {
+      Tensor never = Tensor::zeros({4});
+      auto lonely = comm.irecv(never, 0, 7);
+      EXPECT_THROW(lonely->wait_on_stream(nullptr, Millis(50), "a receive nobody sends"),
+                   CommTimeout);
+    }
+  });
+}
+
 TEST(LocalComm, MismatchedCollectivesFailOnEveryRank) {
   std::atomic<int> errors{0};
   run(2, [&](Communicator& comm) {

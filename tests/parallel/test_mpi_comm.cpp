@@ -14,6 +14,7 @@
 #include "ops/elementwise.h"
 #include "parallel/comm/mpi_comm.h"
 #include "parallel/topology.h"
+#include "testing/require_gpu.h"
 
 namespace strata::parallel {
 namespace {
@@ -129,7 +130,8 @@ TEST(MpiComm, CudaTensorsThroughStaging) {
   auto world = mpi_world();
   Tensor have = Tensor::full({1}, cuda_device_count() > 0 ? 1.0 : 0.0, DType::kI32);
   wait(*world->all_reduce(have), *world, "device count");
-  if (have.item<int32_t>() != world->size()) GTEST_SKIP() << "no CUDA device";
+  if (have.item<int32_t>() != world->size())
+    STRATA_SKIP_WITHOUT_GPU("no CUDA device on every rank");
   ExecContext ctx(Device::cuda(discover_process().local_rank % cuda_device_count()));
   const int n = world->size(), r = world->rank();
   Tensor x = to_allocator(comm_checks::input_for(r, DType::kF32, {1000}, 3), ctx.allocator());
@@ -156,7 +158,8 @@ TEST(MpiComm, CudaTensorsAreReadAfterTheirProducerAndWrittenBeforeCompletion) {
   auto world = mpi_world();
   Tensor have = Tensor::full({1}, cuda_device_count() > 0 ? 1.0 : 0.0, DType::kI32);
   wait(*world->all_reduce(have), *world, "device count");
-  if (have.item<int32_t>() != world->size()) GTEST_SKIP() << "no CUDA device here";
+  if (have.item<int32_t>() != world->size())
+    STRATA_SKIP_WITHOUT_GPU("no CUDA device on every rank");
   ExecContext ctx(Device::cuda(discover_process().local_rank % cuda_device_count()));
   const int n = world->size(), r = world->rank();
   auto produced = [&](const Tensor& host) {

@@ -10,6 +10,7 @@
 #include "parallel/comm/nccl_comm.h"
 #include "parallel/runtime/executor.h"
 #include "parallel/topology.h"
+#include "testing/require_gpu.h"
 
 namespace strata::parallel {
 namespace {
@@ -28,7 +29,11 @@ class NcclComm : public ::testing::Test {
  protected:
   void SetUp() override {
     world_ = mpi_world();
-    if (!every_rank_has_a_gpu(*world_)) GTEST_SKIP() << "no CUDA device";
+    if (!every_rank_has_a_gpu(*world_)) {
+      STRATA_SKIP_WITHOUT_GPU("no CUDA device of its own on every rank (rank " +
+                              std::to_string(world_->rank()) + ": " +
+                              ::strata::testing::why_no_cuda_device() + ")");
+    }
     device_ = Device::cuda(discover_process().local_rank);
     ctx_ = std::make_unique<ExecContext>(device_);
     nccl_ = std::make_unique<NcclCommunicator>(*world_, device_);

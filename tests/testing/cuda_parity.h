@@ -5,7 +5,8 @@
 //
 // (a norm-wise bound: element-wise relative error is meaningless where the reference is near
 // zero). NaN or infinity in the CUDA result never passes. The tests skip on machines without a
-// CUDA device (STRATA_REQUIRE_CUDA) and must pass where there is one.
+// CUDA device (STRATA_REQUIRE_CUDA, testing/require_gpu.h; they fail instead under
+// STRATA_REQUIRE_GPU=1) and must pass where there is one.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,12 +20,8 @@
 #include "engine/device.h"
 #include "engine/exec_context.h"
 #include "engine/tensor.h"
+#include "testing/require_gpu.h"
 #include "testing/testing.h"
-
-#define STRATA_REQUIRE_CUDA()                                                      \
-  do {                                                                             \
-    if (::strata::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device here"; \
-  } while (0)
 
 namespace strata::testing {
 

@@ -5,6 +5,8 @@
 // after a move resumes exactly; bad --migrate-at values are refused before training.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -138,25 +140,34 @@ TEST(MigrationCli, TwoGroupsOfTwoMpiStages) {
 }
 #endif
 
-// async-1f1b with --migration restart: the pipeline drains at the move and starts again; moving
-// the layers changes nothing (a restart in place, and no migration at all, give the same numbers).
-TEST(MigrationCli, AsyncRestartEqualsARestartThatMovesNothing) {
+// async-1f1b with --migration restart: the program (one run of M updates per step, without a
+// flush between steps) drains at the move and starts again in the new layout. Up to the move the
+// run is the run without migrations; after it the moved layer has the staleness of its new stage
+// (vPIPE Eq. 4), so the numbers differ from a restart that moves nothing, and the run trains on.
+// (The oracle for the numbers after a move, a replay of Eq. 4's weight versions, comes with the
+// live protocol.)
+TEST(MigrationCli, AsyncRestartMovesTheLayersAndTrainsOn) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_async");
   const std::string args = std::string(kGpt2) +
                            " --stages 2 --local --partition 0-1,2-3 --schedule async-1f1b "
                            "--migration restart";
+  const TrainRun plain = train(dir, "plain", args);
+  ASSERT_EQ(plain.status, 0) << plain.output;
   const TrainRun in_place = train(dir, "in_place", args + " --migrate-at 3:0-1,2-3");
   ASSERT_EQ(in_place.status, 0) << in_place.output;
   const TrainRun moved = train(dir, "moved", args + " --migrate-at 3:0-2,3");
   ASSERT_EQ(moved.status, 0) << moved.output;
-  EXPECT_EQ(moved.losses, in_place.losses);
-  EXPECT_TRUE(moved.weights == in_place.weights);
-  // A step of async-1f1b is one run of its program, drained at its end: a restart at a step
-  // boundary loses nothing, and the moved run is the run without --migrate-at.
-  const TrainRun plain = train(dir, "plain", args);
-  ASSERT_EQ(plain.status, 0) << plain.output;
-  EXPECT_EQ(plain.losses, moved.losses);
-  EXPECT_TRUE(plain.weights == moved.weights);
+  EXPECT_TRUE(contains(moved.output, "blocks.1 1->0")) << moved.output;
+  ASSERT_EQ(moved.losses.size(), plain.losses.size());
+  ASSERT_GT(plain.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {  // steps 1-3, before the move
+    EXPECT_EQ(moved.losses[i], plain.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(in_place.losses[i], plain.losses[i]) << "step " << i + 1;
+  }
+  for (const std::string& loss : moved.losses) {
+    EXPECT_TRUE(std::isfinite(std::stod(loss))) << loss;
+  }
+  EXPECT_FALSE(moved.weights == in_place.weights);
 }
 
 // A checkpoint written after a move resumes in the new layout and ends as the uninterrupted run.

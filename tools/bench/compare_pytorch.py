@@ -7,7 +7,9 @@ warm-up and timed steps, and synchronize the device before reading the clock:
 
   GPT-2 124M  a minimal nanoGPT-style model with Strata's architecture: token + position
               embedding, pre-LN blocks, causal scaled_dot_product_attention, GELU (tanh), the
-              output projection tied to the token embedding, V = 50257, and dropout 0.1 where
+              output projection tied to the token embedding, V = 50257 padded to 50304 rows as
+              nanoGPT and llm.c do and as Strata does inside (--gpt2-padded-vocab; the tokens stay
+              below 50257; nanoGPT's loss spans the padding, Strata's masks it), and dropout 0.1 where
               Strata's gpt2 has it (embedding, merged attention output, both residual branches)
   ResNet-50   torchvision.models.resnet50 (channels_last), 224 px, 1000 classes; skipped with a
               note when torchvision is not importable
@@ -72,6 +74,12 @@ def parse_args(argv=None):
     )
     p.add_argument("--gpt2-batch-size", type=int, default=8, help="GPT-2 sequences per step")
     p.add_argument("--seq-len", type=int, default=1024, help="GPT-2 tokens per sequence")
+    p.add_argument(
+        "--gpt2-padded-vocab",
+        type=int,
+        default=50304,
+        help="rows of the PyTorch GPT-2's embedding and head (50257: no padding)",
+    )
     p.add_argument("--resnet-batch-size", type=int, default=64, help="ResNet-50 images per step")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--steps", type=int, default=20, help="timed steps")
@@ -272,8 +280,8 @@ def run_strata(args, precision, model, size, batch, extra):
 def compare_model(torch, args, dev, name, precision):
     """One table row: PyTorch eager, torch.compile and Strata on `name` in `precision`."""
     if name == "gpt2":
-        b, t, vocab = args.gpt2_batch_size, args.seq_len, 50257
-        tokens = torch.randint(0, vocab, (b, t + 1), device=dev)
+        b, t, vocab = args.gpt2_batch_size, args.seq_len, max(args.gpt2_padded_vocab, 50257)
+        tokens = torch.randint(0, 50257, (b, t + 1), device=dev)
         x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
         def builder():

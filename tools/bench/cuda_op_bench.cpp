@@ -5,9 +5,9 @@
 // Precision: fp32 and tf32 run every case on f32 tensors (tf32: linear and conv on TF32 tensor
 // cores). bf16 and fp16 run them as a mixed-precision training step does (`strata train
 // --precision`, graph/param_store.h): activations, weights, their gradients (dweight, dbias,
-// dgamma, dbeta: the 16-bit working gradients) and the per-row or per-channel statistics (layer
-// norm mean and rstd, batch norm save_mean, save_invstd and running statistics) in 16 bits; what
-// the ops keep in f32 stays f32 (attention's log-sum-exp, the cross-entropy loss), ids, targets and
+// dgamma, dbeta: the 16-bit working gradients) in 16 bits; what the ops keep in f32 stays f32
+// (attention's log-sum-exp, the cross-entropy loss, the normalization statistics: layer norm mean
+// and rstd, batch norm save_mean, save_invstd and running statistics), ids, targets and
 // pooling indices stay integers, and AdamW updates f32 master weights with f32 gradients and state
 // in every precision. Under bf16/fp16 two more cases time the mixed-precision bookkeeping of a
 // step over the GPT-2 124M parameters: ops::cast_copy_ of the f32 masters into the 16-bit working
@@ -62,6 +62,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/layer_norm.h"
+#include "ops/layout.h"
 #include "ops/matmul.h"
 #include "ops/optimizer.h"
 #include "ops/pooling.h"
@@ -349,11 +350,15 @@ void gpt2_cases(ExecContext& ctx, Runner& r, const Precision& pr) {
 
   if (r.wanted("gpt2_cross_entropy")) {
     r.group("gpt2_cross_entropy", [&] {
-      Tensor logits = dev_random(ctx, {N, V}, 13, dt);
+      // The logits of the padded vocabulary, as the model makes them (graph/transformer.h): V
+      // classes counted in rows of Vp.
+      const int64_t Vp = (V + 127) / 128 * 128;
+      Tensor logits = dev_random(ctx, {N, Vp}, 13, dt);
       Tensor targets = dev_ids(ctx, {N}, V, DType::kI64, 14);
-      const ops::CrossEntropyOptions co;
+      ops::CrossEntropyOptions co;
+      co.num_classes = V;
       const double e = n * V;
-      const std::string shape = "logits" + dims({N, V});
+      const std::string shape = "logits" + dims({N, Vp}) + " (" + std::to_string(V) + " counted)";
       // Nominal FLOPs: 4 per logit (max, subtract, exp, sum) either way. The loss is f32 in
       // every precision; dlogits has the logits' dtype.
       r.run({"gpt2_cross_entropy_fwd", shape, 4 * e, a * e + 8 * n + kF, false,
@@ -455,9 +460,11 @@ void resnet50_cases(ExecContext& ctx, Runner& r, const Precision& pr) {
       p.stride_h = p.stride_w = cv.stride;
       p.pad_h = p.pad_w = cv.pad;
       const int64_t oh = ops::conv2d_output_size(cv.h, cv.k, cv.stride, cv.pad, 1);
-      Tensor x = dev_random(ctx, {B, cv.c, cv.h, cv.h}, 21, dt);
+      // Activations in channels-last memory, as the convolutions pass them along in training
+      // (ops/layout.h); the weight (OC, C, KH, KW), as stored.
+      Tensor x = ops::to_channels_last(ctx, dev_random(ctx, {B, cv.c, cv.h, cv.h}, 21, dt));
       Tensor w = dev_random(ctx, {cv.oc, cv.c, cv.k, cv.k}, 22, dt);
-      Tensor dy = dev_random(ctx, {B, cv.oc, oh, oh}, 23, dt);
+      Tensor dy = ops::to_channels_last(ctx, dev_random(ctx, {B, cv.oc, oh, oh}, 23, dt));
       Tensor dw = dev_zeros(ctx, {cv.oc, cv.c, cv.k, cv.k}, dt);
       const double xs = static_cast<double>(B * cv.c * cv.h * cv.h);
       const double ws = static_cast<double>(cv.oc * cv.c * cv.k * cv.k);
@@ -481,16 +488,18 @@ void resnet50_cases(ExecContext& ctx, Runner& r, const Precision& pr) {
     if (!r.wanted(fwd) && !r.wanted(bwd)) continue;
     r.group(nm.name, [&] {
       const Shape s{B, nm.c, nm.h, nm.h};
-      Tensor x = dev_random(ctx, s, 24, dt), dy = dev_random(ctx, s, 25, dt);
+      Tensor x = ops::to_channels_last(ctx, dev_random(ctx, s, 24, dt));
+      Tensor dy = ops::to_channels_last(ctx, dev_random(ctx, s, 25, dt));
       Tensor g = dev_ones(ctx, {nm.c}, dt), b = dev_zeros(ctx, {nm.c}, dt);
-      Tensor rm = dev_zeros(ctx, {nm.c}, dt), rv = dev_ones(ctx, {nm.c}, dt);
+      const DType st = ops::batch_norm_stat_dtype(dt);  // f32 under bf16/fp16
+      Tensor rm = dev_zeros(ctx, {nm.c}, st), rv = dev_ones(ctx, {nm.c}, st);
       Tensor dg = dev_zeros(ctx, {nm.c}, dt), db = dev_zeros(ctx, {nm.c}, dt);
       const ops::BatchNormTrainResult res =
           ops::batch_norm_forward_train(ctx, x, g, b, rm, rv, 0.1, 1e-5);
       const double e = static_cast<double>(shape_numel(s)), c = static_cast<double>(nm.c);
       const std::string shape = "x" + dims({B, nm.c, nm.h, nm.h});
       // Nominal FLOPs: 8 per element forward (statistics, normalize, affine), 12 backward. The
-      // per-channel tensors have x's dtype.
+      // per-channel tensors are counted at x's dtype (the f32 statistics are a few bytes more).
       r.run({fwd, shape, 8 * e, a * (2 * e + 8 * c), false,
              [&] { ops::batch_norm_forward_train(ctx, x, g, b, rm, rv, 0.1, 1e-5); }});
       r.run({bwd, shape, 12 * e, a * (3 * e + 7 * c), false, [&] {

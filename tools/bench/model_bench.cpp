@@ -8,11 +8,11 @@
 //
 // Mixed precision (--precision bf16|fp16, CUDA only) does what a step of `strata train` does
 // (parallel/runtime/executor.h): the ParamStore keeps f32 master weights, gradients and optimizer
-// state and binds the layers to 16-bit working copies; every step refreshes the working weights and
-// statistics from the masters (load_working), rounds floating inputs (images) to 16 bits, runs
-// forward, loss (f32, from 16-bit logits) and backward in 16 bits, moves the 16-bit gradients into
-// the f32 masters (flush_grads), copies the running statistics back (store_working_buffers) and
-// updates the masters with AdamW; all of it is timed. fp16 runs without loss scaling (`strata
+// state and binds the layers to 16-bit working copies (running statistics stay f32); every step
+// refreshes the working weights from the masters (load_working), rounds floating inputs (images)
+// to 16 bits, runs forward, loss (f32, from 16-bit logits) and backward in 16 bits, moves the
+// 16-bit gradients into the f32 masters (flush_grads) and updates the masters with AdamW; all of
+// it is timed. fp16 runs without loss scaling (`strata
 // train` turns on a dynamic scale): the benchmark measures throughput, not convergence. The CPU
 // emulates 16 bits through its f32 kernels (ops/dispatch.cpp), slower than fp32: refused here.
 #include "tools/bench/model_bench.h"
@@ -313,13 +313,13 @@ int run_model_bench(const BenchOptions& o) {
     const Tensor& logits = out.at(0);
     const Tensor flat_logits = logits.reshape({-1, logits.size(-1)});
     const Tensor flat_target = batch.target.reshape({-1});
-    const ops::CrossEntropyOptions loss_options;
+    ops::CrossEntropyOptions loss_options;
+    loss_options.num_classes = model->loss_classes();  // a padded vocabulary's real classes
     const Tensor loss = ops::cross_entropy_forward(ctx, flat_logits, flat_target, loss_options);
     const Tensor dlogits =
         ops::cross_entropy_backward(ctx, flat_logits, flat_target, loss_options, 1.0);
     model->backward(ctx, 0, model->size(), {dlogits.view(logits.shape())}, tape);
-    store.flush_grads(ctx);            // mixed precision: 16-bit gradients into the f32 masters
-    store.store_working_buffers(ctx);  // and the running statistics the forward pass updated
+    store.flush_grads(ctx);  // mixed precision: 16-bit gradients into the f32 masters
     optimizer.step(ctx, step);
     store.zero_grads(ctx);
     ctx.synchronize();
