@@ -120,7 +120,7 @@ GroupedDp::GroupedDp(std::unique_ptr<Communicator> comm, graph::ParamStore& stor
   group_ = grads_.comm->rank();
   groups_ = grads_.comm->size();
   // Collective over the stage's groups, which all hold the same layers (and buffers).
-  if (store.buffers().numel() > 0) {
+  if (store.buffers().numel() > 0 && config.buffers_channel) {
     buffers_ = std::make_unique<Channel>();
     buffers_->comm = grads_.comm->split(0, group_);
   }

@@ -68,6 +68,9 @@ struct GradSyncConfig {
   bool overlap = true;      // launch each bucket after its last backward (false: after all)
   double bucket_mb = 25.0;  // MiB per bucket; 0 = one bucket per stage
   int delay = 0;            // D: apply the all-reduced gradient D steps late
+  // The batch-norm buffers' all-reduce on a channel of its own (false: queued behind the
+  // gradient buckets on theirs, as before; for benchmarks that measure the difference).
+  bool buffers_channel = true;
 };
 
 // Throws strata::Error naming the flag for a negative bucket size or delay.
