@@ -121,12 +121,16 @@ int run(int argc, char** argv) {
           }
           for (size_t v = 0; v < variants.size(); ++v) {
             gaps[v].add(costs, static_cast<int>(k), variants[v]);
-            all[v].add(costs, static_cast<int>(k), variants[v]);
           }
         }
       }
     }
-    for (size_t v = 0; v < variants.size(); ++v) print_row(family.name, variants[v].name, gaps[v]);
+    for (size_t v = 0; v < variants.size(); ++v) {
+      print_row(family.name, variants[v].name, gaps[v]);
+      all[v].paper.insert(all[v].paper.end(), gaps[v].paper.begin(), gaps[v].paper.end());
+      all[v].guarded.insert(all[v].guarded.end(), gaps[v].guarded.begin(), gaps[v].guarded.end());
+      all[v].slower_than_even += gaps[v].slower_than_even;
+    }
   }
   for (size_t v = 0; v < variants.size(); ++v) print_row("all synthetic", variants[v].name, all[v]);
   for (const std::string& path : profiles) {
