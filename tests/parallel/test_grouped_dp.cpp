@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -269,47 +271,61 @@ TEST(GroupedDp, HooksLaunchFromTheLastStageBackwardAndOverlap) {
   }
 }
 
-// A layer that passes its input on and whose backward sleeps: a stage whose backward is slow.
+// A layer that passes its input on and whose backward calls `wait` (with the number of backward
+// passes it ran before): a stage whose backward is as slow as the test wants.
 class SlowBackward final : public graph::Layer {
  public:
-  SlowBackward(std::string name, std::chrono::milliseconds sleep)
-      : Layer(std::move(name)), sleep_(sleep) {}
+  SlowBackward(std::string name, std::function<void(int64_t)> wait)
+      : Layer(std::move(name)), wait_(std::move(wait)) {}
   const char* type() const override { return "slow_backward"; }
   Shape output_shape(const Shape& input) const override { return input; }
   TensorList forward(ExecContext&, const TensorList& in, LayerTape&) override { return in; }
   TensorList backward(ExecContext&, const TensorList& g, LayerTape&) override {
-    std::this_thread::sleep_for(sleep_);
+    wait_(calls_++);
     return g;
   }
 
  private:
-  std::chrono::milliseconds sleep_;
+  std::function<void(int64_t)> wait_;
+  int64_t calls_ = 0;
 };
 
-// The overlap itself, where causality does not imply it: stage 1 holds fc2, a layer whose backward
-// sleeps 150 ms, and fc3. fc3's bucket is launched by the hook after fc3's backward; its
-// all-reduce (both groups' communication threads, while the executors sleep) must have completed
-// before the stage's own backward pass ends, 150 ms later. Launched at ReduceGrads instead, or run
-// only when the optimizer step waits for it, it would complete after.
+// The overlap itself, where causality does not imply it: stage 1 holds fc2, a layer `slow` and
+// fc3. In the last backward pass of an update (gpipe, M = 2: every second pass), `slow` waits
+// until both groups' all-reduces of fc3's bucket have ended, at most 5 s. The hook launches that
+// bucket after fc3's backward, so they end while the stage is still in its backward pass, before
+// fc2's. Launched at ReduceGrads instead (or run only when the optimizer step waits for it), the
+// wait runs out and the all-reduce ends after the stage's last backward.
 TEST(GroupedDp, AllReduceOfTheLastLayersEndsWhileTheStageIsStillInBackward) {
-  const ModelBuilder build = [] {
+  std::vector<Recorded> events;
+  std::mutex mutex;
+  std::condition_variable ended;
+  std::map<int64_t, int> fc3_ends;  // per update, over the groups
+  std::atomic<int64_t> sequence{0};
+  auto wait = [&](int64_t call) {
+    if (call % 2 == 0) return;  // not the update's last backward pass
+    std::unique_lock<std::mutex> lock(mutex);
+    ended.wait_for(lock, std::chrono::seconds(5), [&] { return fc3_ends[call / 2] >= 2; });
+  };
+  const ModelBuilder build = [&] {
     auto model = std::make_unique<graph::Model>("slow", Shape{12});
     model->add(std::make_unique<graph::LinearLayer>("fc1", 12, 16, true));
     model->add(std::make_unique<graph::ReluLayer>("relu1"));
     model->add(std::make_unique<graph::LinearLayer>("fc2", 16, 16, true));
-    model->add(std::make_unique<SlowBackward>("slow", std::chrono::milliseconds(150)));
+    model->add(std::make_unique<SlowBackward>("slow", wait));
     model->add(std::make_unique<graph::LinearLayer>("fc3", 16, 5, true));
     return model;
   };
   PipelineConfig p = layout(2, 2, 2, 5, ScheduleKind::kGPipe);
   p.partition = {{0, 2}, {2, 5}};
   p.grad_sync.bucket_mb = 1e-9;  // fc3's bucket, then fc2's
-  std::vector<Recorded> events;
-  std::mutex mutex;
-  std::atomic<int64_t> sequence{0};
   p.grad_sync_observer = [&](const GradSyncEvent& e) {
     std::lock_guard<std::mutex> lock(mutex);
     events.push_back({e, sequence++});
+    if (e.kind == GradSyncEvent::kEnd && e.stage == 1 && e.bucket == 0) {
+      ++fc3_ends[e.update];
+      ended.notify_all();
+    }
   };
   auto data = std::make_shared<grouped::LinearClasses>(512, 12, 5);
   LocalWorld world(4);
