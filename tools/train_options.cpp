@@ -23,6 +23,10 @@ namespace strata::tools {
 CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   CLI::App* cmd = app.add_subcommand("train", "Train a model on a dataset");
   cmd->option_defaults()->always_capture_default();
+  cmd->add_option("--model", o.model, "Built-in model: " + models::model_names());
+  cmd->add_option("--size", o.size, "Model size (tiny, small, ...; empty = the model's default)");
+  cmd->add_option("--model-spec", o.model_spec,
+                  "Define the model in a ModelSpec .prototxt file instead of --model");
   cmd->add_option("--system", o.system,
                   "Run as a published system does: custom (no preset) or gropipe (GroPipe's "
                   "paper: " +
@@ -30,10 +34,6 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                       "); flags given on the command line win over the preset, and the "
                       "configuration says which")
       ->check(CLI::IsMember({"custom", "gropipe"}));
-  cmd->add_option("--model", o.model, "Built-in model: " + models::model_names());
-  cmd->add_option("--size", o.size, "Model size (tiny, small, ...; empty = the model's default)");
-  cmd->add_option("--model-spec", o.model_spec,
-                  "Define the model in a ModelSpec .prototxt file instead of --model");
   cmd->add_option("--dataset", o.dataset, "Dataset: " + io::dataset_names());
   cmd->add_option("--data-dir", o.data_dir,
                   "Directory holding the dataset's files (empty = the dataset's default)");
