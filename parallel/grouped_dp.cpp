@@ -1,10 +1,12 @@
 // Grouped data parallelism: gradient buckets, the launch hooks and the communication thread.
 //
-// The communication thread runs the launched all-reduces one at a time, in launch order, which is
-// the same on every group (the buckets and the instruction lists are), so the k-th collective of
-// every group's thread is the same bucket of the same update. It polls Request::test with a short
-// backoff (20 us doubling to 0.5 ms) so that it notices a cancellation (the executor failed) and
-// applies the communicator's timeout itself, naming the bucket, layers, stage and update.
+// Each communication thread (the gradients', and the batch-norm buffers' when the stage has any)
+// runs its launched all-reduces one at a time, in launch order, which is the same on every group
+// (the buckets and the instruction lists are), so the k-th collective of every group's thread is
+// the same bucket of the same update; the two threads have communicators of their own. It polls
+// Request::test with a short backoff (20 us doubling to 0.5 ms) so that it notices a cancellation
+// (the executor failed) and applies the communicator's timeout itself, naming the bucket, layers,
+// stage and update.
 #include "parallel/grouped_dp.h"
 
 #include <algorithm>
@@ -111,16 +113,17 @@ std::vector<GradBucket> make_grad_buckets(const graph::ParamStore& store, double
 GroupedDp::GroupedDp(std::unique_ptr<Communicator> comm, graph::ParamStore& store,
                      const GradSyncConfig& config, int stage, Trace* trace,
                      GradSyncObserver observer)
-    : comm_(std::move(comm)),
-      store_(store),
-      config_(config),
-      stage_(stage),
-      trace_(trace),
-      observer_(std::move(observer)) {
-  STRATA_CHECK(comm_ != nullptr) << "grouped DP needs a data-parallel communicator";
+    : store_(store), config_(config), stage_(stage), trace_(trace), observer_(std::move(observer)) {
+  STRATA_CHECK(comm != nullptr) << "grouped DP needs a data-parallel communicator";
   check_grad_sync(config);
-  group_ = comm_->rank();
-  groups_ = comm_->size();
+  grads_.comm = std::move(comm);
+  group_ = grads_.comm->rank();
+  groups_ = grads_.comm->size();
+  // Collective over the stage's groups, which all hold the same layers (and buffers).
+  if (store.buffers().numel() > 0 && config.buffers_channel) {
+    buffers_ = std::make_unique<Channel>();
+    buffers_->comm = grads_.comm->split(0, group_);
+  }
   buckets_ = make_grad_buckets(store, config.bucket_mb);
   launched_.assign(buckets_.size(), false);
   // The ring lives where the gradients do (on a CUDA stage: device memory from the stage's
@@ -129,7 +132,8 @@ GroupedDp::GroupedDp(std::unique_ptr<Communicator> comm, graph::ParamStore& stor
     slots_.push_back(
         Tensor::zeros({store.grads().numel()}, store.grads().dtype(), &store.grads().allocator()));
   }
-  thread_ = std::thread([this] { thread_main(); });
+  grads_.thread = std::thread([this] { thread_main(grads_); });
+  if (buffers_) buffers_->thread = std::thread([this] { thread_main(*buffers_); });
 }
 
 GroupedDp::~GroupedDp() {
@@ -137,10 +141,11 @@ GroupedDp::~GroupedDp() {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
     // Work left over means the executor failed: do not wait for peers that may never come.
-    if (!queue_.empty() || !active_.empty()) cancel_ = true;
+    if (!active_.empty()) cancel_ = true;
   }
   changed_.notify_all();
-  thread_.join();
+  grads_.thread.join();
+  if (buffers_) buffers_->thread.join();
 }
 
 Tensor GroupedDp::slot(int64_t update) const {
@@ -191,7 +196,7 @@ void GroupedDp::enqueue(int64_t update, int bucket, const Tensor& tensor, const 
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
-    queue_.push_back(job);
+    channel_of(bucket).queue.push_back(job);
     active_.push_back(job);
   }
   changed_.notify_all();
@@ -216,6 +221,12 @@ void GroupedDp::end_backward(int64_t update) {
 }
 
 void GroupedDp::wait_jobs(int64_t update, bool buffers) {
+  emit(GradSyncEvent::kWaitBegin, update, buffers ? -1 : 0, Clock::now());
+  wait_jobs_quietly(update, buffers);
+  emit(GradSyncEvent::kWaitEnd, update, buffers ? -1 : 0, Clock::now());
+}
+
+void GroupedDp::wait_jobs_quietly(int64_t update, bool buffers) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto mine = [&](const std::shared_ptr<Job>& j) {
     return j->update == update && (j->bucket < 0) == buffers;
@@ -277,25 +288,27 @@ std::vector<int64_t> GroupedDp::pending_updates() const { return unapplied_; }
 
 bool GroupedDp::idle() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return queue_.empty() && active_.empty();
+  return active_.empty();
 }
 
-void GroupedDp::thread_main() {
+void GroupedDp::thread_main(Channel& channel) {
+  std::deque<std::shared_ptr<Job>>& queue = channel.queue;
+  Communicator& comm = *channel.comm;
   for (;;) {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return cancel_ || stop_ || !queue_.empty(); });
-      if (cancel_ || (stop_ && queue_.empty())) return;
-      job = queue_.front();
-      queue_.pop_front();
+      changed_.wait(lock, [&] { return cancel_ || stop_ || !queue.empty(); });
+      if (cancel_ || (stop_ && queue.empty())) return;
+      job = queue.front();
+      queue.pop_front();
     }
     try {
       const Clock::time_point start = Clock::now();
       emit(GradSyncEvent::kStart, job->update, job->bucket, start);
-      std::unique_ptr<Request> request = comm_->all_reduce(job->tensor);
+      std::unique_ptr<Request> request = comm.all_reduce(job->tensor);
       auto pause = std::chrono::microseconds(20);
-      const std::chrono::milliseconds timeout = comm_->timeout();
+      const std::chrono::milliseconds timeout = comm.timeout();
       while (!request->test()) {
         {
           std::lock_guard<std::mutex> lock(mutex_);

@@ -38,7 +38,11 @@
 //
 // Batch-norm running statistics (buffers) are averaged over the groups at every update (sum,
 // then x 1/G), so that every replica holds the same state (batch statistics themselves are per
-// micro-batch, see README "Grouped pipelines"). Buffers are never delayed.
+// micro-batch, see README "Grouped pipelines"). Buffers are never delayed, and they have a
+// channel of their own: a second communication thread with a second communicator (split once more
+// from the first), so that their all-reduce, which the update's optimizer step waits for, does not
+// queue behind the update's gradient buckets. With --dp-delay D > 0 the step thus waits for its
+// few statistics only, while its gradients' all-reduce goes on for D more steps.
 #pragma once
 
 #include <chrono>
@@ -65,6 +69,9 @@ struct GradSyncConfig {
   bool overlap = true;      // launch each bucket after its last backward (false: after all)
   double bucket_mb = 25.0;  // MiB per bucket; 0 = one bucket per stage
   int delay = 0;            // D: apply the all-reduced gradient D steps late
+  // The batch-norm buffers' all-reduce on a channel of its own (false: queued behind the
+  // gradient buckets on theirs, as before; for benchmarks that measure the difference).
+  bool buffers_channel = true;
 };
 
 // Throws strata::Error naming the flag for a negative bucket size or delay.
@@ -85,9 +92,11 @@ std::vector<GradBucket> make_grad_buckets(const graph::ParamStore& store, double
 
 // What the grouped all-reduce does, for tests and traces (times on steady_clock). kLaunch: the
 // hook enqueued the bucket (executor thread); kStart/kEnd: the communication thread posted the
-// all-reduce / saw it complete; kBackwardEnd: the executor finished Backward(micro_batch).
+// all-reduce / saw it complete; kBackwardEnd: the executor finished Backward(micro_batch);
+// kWaitBegin/kWaitEnd: the executor thread blocked for the all-reduces of `update` (bucket -1:
+// the batch-norm buffers', 0: the gradient's) and went on.
 struct GradSyncEvent {
-  enum Kind { kLaunch, kStart, kEnd, kBackwardEnd };
+  enum Kind { kLaunch, kStart, kEnd, kBackwardEnd, kWaitBegin, kWaitEnd };
   Kind kind = kLaunch;
   int stage = 0;
   int group = 0;
@@ -148,13 +157,23 @@ class GroupedDp {
   };
   void launch(int64_t update, int bucket);
   void enqueue(int64_t update, int bucket, const Tensor& tensor, const std::string& what);
+  // Blocks until the jobs of `update` (its buffers' or its gradient's) are done, between a
+  // kWaitBegin and a kWaitEnd event.
   void wait_jobs(int64_t update, bool buffers);
-  void thread_main();
+  void wait_jobs_quietly(int64_t update, bool buffers);
+  // A communication thread with its communicator and its queue of launched jobs: one for the
+  // gradient buckets, one for the batch-norm buffers (when the stage has any).
+  struct Channel {
+    std::unique_ptr<Communicator> comm;
+    std::deque<std::shared_ptr<Job>> queue;  // launched, not started by the thread
+    std::thread thread;
+  };
+  Channel& channel_of(int bucket) { return bucket < 0 && buffers_ ? *buffers_ : grads_; }
+  void thread_main(Channel& channel);
   void emit(GradSyncEvent::Kind kind, int64_t update, int bucket,
             std::chrono::steady_clock::time_point t) const;
   Tensor slot(int64_t update) const;
 
-  std::unique_ptr<Communicator> comm_;
   graph::ParamStore& store_;
   GradSyncConfig config_;
   int stage_, group_, groups_;
@@ -168,12 +187,12 @@ class GroupedDp {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<std::shared_ptr<Job>> queue_;    // launched, not started by the thread
+  Channel grads_;
+  std::unique_ptr<Channel> buffers_;          // null: the stage has no buffers
   std::vector<std::shared_ptr<Job>> active_;  // launched, not yet waited for by the executor
   std::exception_ptr error_;
-  bool stop_ = false;    // finish the queue, then exit
+  bool stop_ = false;    // finish the queues, then exit
   bool cancel_ = false;  // exit now
-  std::thread thread_;
 };
 
 }  // namespace strata::parallel

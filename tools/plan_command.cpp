@@ -7,6 +7,7 @@
 // the stages are both in it.
 #include "tools/plan_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -54,6 +55,17 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
   cmd->add_option("--precision", o.precision,
                   "fp32, or bf16/fp16 (16-bit working copies of the weights in the memory model)")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
+  cmd->add_option("--ampa-normalize", o.ampa_normalize,
+                  "The projection partition: balance min-max normalized layer times (on, "
+                  "GroPipe's Eq. 9) or raw ones (off)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--ampa-threshold", o.ampa_threshold,
+                  "The projection partition: AMPA stops when PD / mean of the stage times is at "
+                  "most this");
+  cmd->add_option("--ampa-guard", o.ampa_guard,
+                  "The projection partition: even (the even split when AMPA's is slower), dp (the "
+                  "fastest of AMPA's, the even split and the balanced one), off (AMPA's alone)")
+      ->check(CLI::IsMember({"off", "even", "dp"}));
   cmd->add_option("--threads", o.model.threads, "CPU threads when profiling now (0 = all)");
   cmd->add_option("--seed", o.model.seed, "Seed of the weights when profiling now");
   return cmd;
@@ -202,6 +214,8 @@ int run_plan(const PlanOptions& o) {
       << "--bandwidth must be positive (GB/s), got " << o.bandwidth_gbps;
   STRATA_CHECK(o.optimizer_slots >= 0) << "--optimizer-slots must be >= 0";
   STRATA_CHECK(o.profile_steps >= 1) << "--profile-steps must be at least 1";
+  STRATA_CHECK(std::isfinite(o.ampa_threshold) && o.ampa_threshold >= 0)
+      << "--ampa-threshold must be >= 0, got " << o.ampa_threshold;
   parallel::PartitionOptions po;
   po.schedule = kind;
   po.micro_batches = o.micro_batches;
@@ -265,15 +279,28 @@ int run_plan(const PlanOptions& o) {
   if (balanced)
     print_prediction("balanced partition (--partitioner dp: slowest stage minimized)", *balanced,
                      names, po);
+  parallel::ProjectionOptions projection_options;
+  projection_options.normalize = o.ampa_normalize == "on";
+  projection_options.threshold = o.ampa_threshold;
+  projection_options.guard = parallel::parse_ampa_guard(o.ampa_guard);
   parallel::AmpaResult ampa;
   const Prediction projection =
-      predict(parallel::projection_partition(costs, o.stages, po, {}, &ampa), po);
-  char title[160];
+      predict(parallel::projection_partition(costs, o.stages, po, projection_options, &ampa), po);
+  if (ampa.chosen != "ampa") {
+    print_prediction("AMPA's own partition (slower than the one --ampa-guard " + o.ampa_guard +
+                         " returns below)",
+                     predict(parallel::evaluate_partition(costs, ampa.ampa_partition, po), po),
+                     names, po);
+  }
+  char title[256];
   std::snprintf(title, sizeof(title),
                 "projection partition (--partitioner projection: GroPipe AMPA, %s after %lld "
-                "moves, PD/mu %.4f)",
+                "moves, PD/mu %.4f; --ampa-guard %s: %s)",
                 ampa.criterion_met ? "criterion met" : "best seen",
-                static_cast<long long>(ampa.moves), ampa.dispersion);
+                static_cast<long long>(ampa.moves), ampa.dispersion, o.ampa_guard.c_str(),
+                ampa.chosen == "ampa"   ? "AMPA's partition"
+                : ampa.chosen == "even" ? "the even split, faster than AMPA's"
+                                        : "the dp partition, faster than AMPA's");
   print_prediction(title, projection, names, po);
   const parallel::Partition uniform = parallel::uniform_partition(names.size(), o.stages);
   const Prediction even = predict(parallel::evaluate_partition(costs, uniform, po), po);

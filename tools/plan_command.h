@@ -27,6 +27,10 @@ struct PlanOptions {
   std::string memory_policy = "keep";
   double swap_bandwidth_gbps = 0.0;  // host-device copies; 0: measure this machine's
   std::string precision = "fp32";    // bf16/fp16: 16-bit working copies in the memory model
+  // GroPipe's AMPA (parallel/partition/projection.h), as strata train takes them.
+  std::string ampa_normalize = "on";
+  double ampa_threshold = 0.01;
+  std::string ampa_guard = "even";
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& options);

@@ -135,6 +135,7 @@ struct Setup {
   std::string memory_line;  // the memory plan, for the configuration table
   // --memory-policy auto (rank 0): vPIPE's plan and predicted peak per stage, for --metrics.
   std::optional<parallel::PipelinePlan> auto_plan;
+  std::string partition_note;  // --partitioner projection: what AMPA and its guard did
   int64_t num_params = 0;
   parallel::TrainConfig config;
   parallel::PipelineConfig pipeline;
@@ -155,6 +156,7 @@ void decide_layout(const TrainOptions& o, Setup* setup) {
   TrainLayout layout(o, setup->train, setup->pipeline, *model);
   const parallel::Partition partition = layout.partition();
   setup->pipeline.partition = to_ranges(partition);
+  setup->partition_note = layout.partition_note();
   setup->pipeline.memory_plan = layout.memory_plan(partition);
   setup->memory_line = describe_memory(o, setup->pipeline, setup->layer_names, layout.auto_plan());
   setup->auto_plan = layout.auto_plan();
@@ -189,7 +191,10 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
   }
   const graph::OptimizerConfig& opt = s.config.optimizer;
   // --partition auto names its partitioner; G > 1 says how gradients cross the groups.
-  const std::string how = o.partition == "auto" ? "auto, " + o.partitioner : o.partition;
+  const std::string how =
+      o.partition != "auto"
+          ? o.partition
+          : "auto, " + o.partitioner + (s.partition_note.empty() ? "" : ": " + s.partition_note);
   const std::string grad_sync =
       p.groups == 1
           ? "none (one group)"
@@ -213,6 +218,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                                         : std::string())},
        {"device",
         devices + ", " + (o.threads > 0 ? std::to_string(o.threads) : "all") + " CPU threads"},
+       {"system", describe_system(o)},
        {"cpu runtime", ops::cpu_runtime::describe()},
        {"layout", "G=" + std::to_string(p.groups) + " group" + (p.groups == 1 ? "" : "s") +
                       " x S=" + std::to_string(p.stages) + " stage" + (p.stages == 1 ? "" : "s") +

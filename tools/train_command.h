@@ -3,12 +3,18 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace strata::tools {
 
 struct TrainOptions {
+  // A published system's configuration (parallel/gropipe/preset.h): custom (none) or gropipe.
+  // Applied when the flags are parsed: flags given on the command line win; the ones whose value
+  // differs from the preset's are listed in system_overrides ("--dp-delay 1").
+  std::string system = "custom";
+  std::vector<std::string> system_overrides;
   std::string model = "cnn";
   std::string size;  // "" = the model's default
   std::string model_spec;
@@ -65,6 +71,10 @@ struct TrainOptions {
   std::string profile;  // per-layer profile JSON for --partition auto
   double bandwidth_gbps = 10.0;
   std::string partitioner = "dp";  // --partition auto: dp (min-max DP) or projection (GroPipe)
+  // AMPA (--partitioner projection, parallel/partition/projection.h).
+  std::string ampa_normalize = "on";  // Eq. 9's min-max normalization of the layer times
+  double ampa_threshold = 0.01;       // stop when PD / mean <= this
+  std::string ampa_guard = "even";    // off | even | dp: never slower than these in real time
   // Saved tensors per layer (parallel/runtime/memory_plan.h): keep | swap | recompute | auto.
   std::string memory_policy = "keep";
   std::string memory_plan;  // per-layer overrides, "RANGE:POLICY,..."
@@ -90,6 +100,12 @@ struct TrainOptions {
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options);
+// --system: sets the preset's flags that `given` says were not on the command line, and lists the
+// given ones whose value differs in options->system_overrides. Throws for an unknown system.
+void apply_system(TrainOptions* options, const std::function<bool(const std::string&)>& given);
+// The configuration's line for --system: "custom (no preset)" or "gropipe: --schedule gpipe ...
+// (overridden: --dp-delay 1)".
+std::string describe_system(const TrainOptions& options);
 // Every flag's own range and name (--lr >= 0, a known --optimizer, ...), before anything is
 // read: an error names the flag and the value given.
 void check_train_flags(const TrainOptions& options);

@@ -62,7 +62,17 @@ parallel::Partition TrainLayout::partition() {
                            : static_cast<double>(parse_bytes(o_.mem_limit));
   po.optimizer_slots = o_.optimizer == "sgd" ? 1 : 2;
   if (o_.partitioner == "projection") {
-    return parallel::projection_partition(costs(), S, po).partition;
+    parallel::ProjectionOptions projection;
+    projection.normalize = o_.ampa_normalize == "on";
+    projection.threshold = o_.ampa_threshold;
+    projection.guard = parallel::parse_ampa_guard(o_.ampa_guard);
+    parallel::AmpaResult ampa;
+    const parallel::Partition p =
+        parallel::projection_partition(costs(), S, po, projection, &ampa).partition;
+    note_ = parallel::describe_ampa(ampa) + "; --ampa-normalize " + o_.ampa_normalize +
+            ", --ampa-threshold " + format_number(o_.ampa_threshold) + ", --ampa-guard " +
+            o_.ampa_guard;
+    return p;
   }
   return parallel::balanced_partition(costs(), S, po).partition;
 }

@@ -26,6 +26,8 @@ class TrainLayout {
               const parallel::PipelineConfig& pipeline, const graph::Model& model);
 
   parallel::Partition partition();
+  // --partitioner projection: what AMPA and its guard did (empty for the other partitioners).
+  const std::string& partition_note() const { return note_; }
   // --memory-policy keep|swap|recompute with --memory-plan's overrides; auto: vPIPE's planner on
   // every stage of `partition` under --mem-limit (an error naming the stage, the bytes its
   // smallest plan needs and the limit when no plan fits), then the overrides.
@@ -45,6 +47,7 @@ class TrainLayout {
   std::optional<std::vector<parallel::LayerCost>> costs_;
   std::optional<parallel::PipelinePlan> auto_plan_;
   double bandwidth_ = 0.0;
+  std::string note_;
 };
 
 // The rows per micro-batch of a layout.

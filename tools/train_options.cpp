@@ -10,7 +10,9 @@
 #include "io/datasets.h"
 #include "models/registry.h"
 #include "ops/lr_schedule.h"
+#include "parallel/gropipe/preset.h"
 #include "parallel/loss_scale.h"
+#include "parallel/partition/projection.h"
 #include "parallel/schedule/schedule.h"
 #include "parallel/trainer.h"
 #include "tools/common.h"
@@ -25,6 +27,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--size", o.size, "Model size (tiny, small, ...; empty = the model's default)");
   cmd->add_option("--model-spec", o.model_spec,
                   "Define the model in a ModelSpec .prototxt file instead of --model");
+  cmd->add_option("--system", o.system,
+                  "Run as a published system does: custom (no preset) or gropipe (GroPipe's "
+                  "paper: " +
+                      parallel::preset_flags(parallel::gropipe_preset()) +
+                      "); flags given on the command line win over the preset, and the "
+                      "configuration says which")
+      ->check(CLI::IsMember({"custom", "gropipe"}));
   cmd->add_option("--dataset", o.dataset, "Dataset: " + io::dataset_names());
   cmd->add_option("--data-dir", o.data_dir,
                   "Directory holding the dataset's files (empty = the dataset's default)");
@@ -136,6 +145,18 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Partitioner of --partition auto: dp (minimize the slowest stage exactly) or "
                   "projection (GroPipe's AMPA with its performance projection)")
       ->check(CLI::IsMember({"dp", "projection"}));
+  cmd->add_option("--ampa-normalize", o.ampa_normalize,
+                  "--partitioner projection: balance min-max normalized layer times (on, the "
+                  "paper's Eq. 9) or raw ones (off)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--ampa-threshold", o.ampa_threshold,
+                  "--partitioner projection: AMPA stops when the performance dispersion of the "
+                  "stage times (Eq. 8) over their mean is at most this (the paper gives no value)");
+  cmd->add_option("--ampa-guard", o.ampa_guard,
+                  "--partitioner projection: even (use the even split when it has a faster "
+                  "slowest stage than AMPA's partition, in profiled time), dp (the fastest of "
+                  "AMPA's, the even split and the dp partitioner's), off (AMPA's, as the paper)")
+      ->check(CLI::IsMember({"off", "even", "dp"}));
   cmd->add_option("--memory-policy", o.memory_policy,
                   "What each layer's tensors saved for backward do between its forward and "
                   "backward: keep (on the device), swap (to a host pool, copied back before the "
@@ -204,7 +225,55 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "without scaling unless a value overflows");
   cmd->add_option("--loss-scale-window", o.loss_scale_window,
                   "--loss-scale dynamic: steps in a row without overflow before the scale doubles");
+  cmd->parse_complete_callback([cmd, &o] {
+    apply_system(&o, [cmd](const std::string& flag) { return cmd->count(flag) > 0; });
+  });
   return cmd;
+}
+
+void apply_system(TrainOptions* o, const std::function<bool(const std::string&)>& given) {
+  o->system_overrides.clear();
+  if (o->system == "custom") return;
+  STRATA_CHECK(o->system == "gropipe")
+      << "--system " << o->system << ": no such preset (valid: custom, gropipe)";
+  for (const parallel::PresetSetting& s : parallel::gropipe_preset()) {
+    std::string* text = nullptr;
+    if (s.flag == "--schedule") text = &o->schedule;
+    if (s.flag == "--dp-overlap") text = &o->dp_overlap;
+    if (s.flag == "--partition") text = &o->partition;
+    if (s.flag == "--partitioner") text = &o->partitioner;
+    if (text != nullptr) {
+      if (!given(s.flag)) {
+        *text = s.value;
+      } else if (*text != s.value) {
+        o->system_overrides.push_back(s.flag + " " + *text);
+      }
+    } else if (s.flag == "--dp-bucket-mb") {
+      if (!given(s.flag)) {
+        o->dp_bucket_mb = std::stod(s.value);
+      } else if (o->dp_bucket_mb != std::stod(s.value)) {
+        o->system_overrides.push_back(s.flag + " " + format_number(o->dp_bucket_mb));
+      }
+    } else if (s.flag == "--dp-delay") {
+      if (!given(s.flag)) {
+        o->dp_delay = std::stoi(s.value);
+      } else if (o->dp_delay != std::stoi(s.value)) {
+        o->system_overrides.push_back(s.flag + " " + std::to_string(o->dp_delay));
+      }
+    } else {
+      STRATA_THROW() << "--system " << o->system << ": strata train has no flag " << s.flag;
+    }
+  }
+}
+
+std::string describe_system(const TrainOptions& o) {
+  if (o.system == "custom") return "custom (no preset)";
+  std::string text = o.system + ": " + parallel::preset_flags(parallel::gropipe_preset());
+  if (!o.system_overrides.empty()) {
+    text += "; overridden on the command line:";
+    for (const std::string& f : o.system_overrides) text += " " + f;
+  }
+  return text;
 }
 
 void check_train_flags(const TrainOptions& o) {
@@ -278,6 +347,8 @@ void check_train_flags(const TrainOptions& o) {
   STRATA_CHECK(o.dp_delay >= 0) << "--dp-delay must be >= 0, got " << o.dp_delay;
   STRATA_CHECK(o.dp_bucket_mb >= 0) << "--dp-bucket-mb must be >= 0, got " << o.dp_bucket_mb;
   STRATA_CHECK(o.bandwidth_gbps > 0) << "--bandwidth must be > 0, got " << o.bandwidth_gbps;
+  STRATA_CHECK(std::isfinite(o.ampa_threshold) && o.ampa_threshold >= 0)
+      << "--ampa-threshold must be >= 0, got " << o.ampa_threshold;
   STRATA_CHECK(o.save_every >= 0) << "--save-every must be >= 0, got " << o.save_every;
   STRATA_CHECK(o.keep_last >= 0) << "--keep-last must be >= 0, got " << o.keep_last;
   STRATA_CHECK(o.loss_scale_window >= 1)

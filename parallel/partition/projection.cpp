@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 
 #include "engine/check.h"
 
@@ -35,6 +37,49 @@ double relative_dispersion(const std::vector<double>& sums, int exponent) {
 }
 
 }  // namespace
+
+AmpaGuard parse_ampa_guard(const std::string& name) {
+  if (name == "off") return AmpaGuard::kOff;
+  if (name == "even") return AmpaGuard::kEven;
+  if (name == "dp") return AmpaGuard::kDp;
+  STRATA_THROW() << "unknown --ampa-guard '" << name << "' (valid: off, even, dp)";
+}
+
+const char* ampa_guard_name(AmpaGuard guard) {
+  switch (guard) {
+    case AmpaGuard::kOff:
+      return "off";
+    case AmpaGuard::kEven:
+      return "even";
+    case AmpaGuard::kDp:
+      return "dp";
+  }
+  return "?";
+}
+
+void check_projection_options(const ProjectionOptions& options) {
+  STRATA_CHECK(options.exponent >= 1)
+      << "AMPA: the exponent of Eq. 8 must be >= 1, got " << options.exponent;
+  STRATA_CHECK(std::isfinite(options.threshold) && options.threshold >= 0.0)
+      << "--ampa-threshold must be >= 0 (PD / mean of the partition times), got "
+      << options.threshold;
+  STRATA_CHECK(options.max_moves >= 0) << "AMPA: max_moves must be >= 0 (0: 4 L^2 k)";
+}
+
+std::string describe_ampa(const AmpaResult& r) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(3);
+  const std::string how = r.criterion_met
+                              ? "criterion met after " + std::to_string(r.moves) + " moves"
+                              : "best of " + std::to_string(r.moves) + " moves";
+  if (r.chosen == "ampa") return "AMPA, " + how;
+  o << (r.chosen == "even" ? "the even split" : "the exact min-max partition")
+    << " (AMPA's partition, " << how << ", has a slowest stage of " << r.ampa_slowest_ms
+    << " ms; the even split " << r.even_slowest_ms << " ms";
+  if (r.dp_slowest_ms >= 0.0) o << ", the min-max partition " << r.dp_slowest_ms << " ms";
+  o << ")";
+  return o.str();
+}
 
 double projection_recurrence(const std::vector<std::vector<double>>& t) {
   STRATA_CHECK(!t.empty() && !t[0].empty()) << "projection: no micro-batches or partitions";
@@ -105,7 +150,7 @@ AmpaResult ampa(const std::vector<double>& layer_times, int partitions,
   const size_t L = layer_times.size();
   STRATA_CHECK(partitions >= 1 && static_cast<size_t>(partitions) <= L)
       << "AMPA: " << partitions << " partitions of " << L << " layers";
-  STRATA_CHECK(options.threshold >= 0.0) << "AMPA: the threshold must be >= 0";
+  check_projection_options(options);
   for (size_t l = 0; l < L; ++l) {
     STRATA_CHECK(layer_times[l] >= 0.0 && std::isfinite(layer_times[l]))
         << "AMPA: layer " << l << " has the time " << layer_times[l];
@@ -173,15 +218,39 @@ PartitionPlan projection_partition(const std::vector<LayerCost>& costs, int stag
                                    const ProjectionOptions& projection, AmpaResult* result) {
   std::vector<double> times;
   for (const LayerCost& c : costs) times.push_back(c.forward_ms + c.backward_ms);
-  const AmpaResult r = ampa(times, stages, projection);
+  AmpaResult r = ampa(times, stages, projection);
   Partition partition;
   size_t at = 0;
   for (size_t s : r.sizes) {
     partition.push_back({at, at + s});
     at += s;
   }
+  PartitionPlan best = evaluate_partition(costs, partition, options);
+  r.ampa_partition = partition;
+  r.ampa_slowest_ms = best.slowest_ms;
+  // The guard: another candidate replaces the current one only when strictly better, a partition
+  // within the memory limit always being better than one over it.
+  auto better = [](const PartitionPlan& a, const PartitionPlan& b) {
+    if (a.memory_error.empty() != b.memory_error.empty()) return a.memory_error.empty();
+    return a.slowest_ms < b.slowest_ms;
+  };
+  if (projection.guard != AmpaGuard::kOff) {
+    const PartitionPlan even =
+        evaluate_partition(costs, uniform_partition(costs.size(), stages), options);
+    r.even_slowest_ms = even.slowest_ms;
+    if (better(even, best)) best = even, r.chosen = "even";
+  }
+  if (projection.guard == AmpaGuard::kDp) {
+    try {
+      const PartitionPlan dp = balanced_partition(costs, stages, options);
+      r.dp_slowest_ms = dp.slowest_ms;
+      if (better(dp, best)) best = dp, r.chosen = "dp";
+    } catch (const Error&) {
+      // No partition fits the memory limit: the candidates above carry their memory_error.
+    }
+  }
   if (result != nullptr) *result = r;
-  return evaluate_partition(costs, partition, options);
+  return best;
 }
 
 }  // namespace strata::parallel

@@ -29,11 +29,24 @@
 // What the box leaves open, decided here: a move that would empty p_h ends the search, and so
 // does max == min (all sums equal); the search also ends after `max_moves`; whenever it ends
 // without meeting the criterion the best partition seen (smallest largest sum, then smallest PD)
-// is returned, so the result is never worse than the even split. Strata never splits a layer, so
-// the paper's "no partition on the fully connected layer" holds by construction.
+// is returned, so the result is never worse than the even split in the balanced quantity. Strata
+// never splits a layer, so the paper's "no partition on the fully connected layer" holds by
+// construction.
+//
+// The guard (not in the paper). Balancing normalized times is not balancing real ones: Eq. 9
+// shifts every layer by min(T), which favours partitions of many cheap layers, and a move cycle
+// may end at a partition that only looks better. Times [10, 11, 12, 10, 10, 10] ms in two
+// partitions normalize to [0, .5, 1, 0, 0, 0]; AMPA moves to (2, 4), 21|42 ms, against the even
+// split's 33|30. projection_partition therefore evaluates AMPA's partition in raw time (the stage
+// model of partition.h: compute + send, per micro-batch) and returns the even split instead
+// when that one's slowest stage is faster (--ampa-guard even, the default), or the fastest of
+// AMPA's, the even split and the exact min-max partition of `--partitioner dp` (--ampa-guard dp);
+// --ampa-guard off returns AMPA's partition as the paper does. Ties keep AMPA's; a candidate over
+// the memory limit loses to one within it.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "parallel/partition/partition.h"
@@ -56,27 +69,46 @@ std::vector<double> min_max_normalize(const std::vector<double>& times);
 // Eq. 8 with the given exponent (0 when the mean is 0).
 double performance_dispersion(const std::vector<double>& partition_times, int exponent = 2);
 
+// What projection_partition may return instead of AMPA's partition (see the file comment).
+enum class AmpaGuard { kOff, kEven, kDp };
+// off|even|dp; throws strata::Error naming --ampa-guard otherwise.
+AmpaGuard parse_ampa_guard(const std::string& name);
+const char* ampa_guard_name(AmpaGuard guard);
+
 struct ProjectionOptions {
   int exponent = 2;         // of Eq. 8 (the paper prints k)
-  double threshold = 0.01;  // stop when PD / mu <= threshold
-  bool normalize = true;    // balance Eq. 9's normalized times (false: raw times)
+  double threshold = 0.01;  // stop when PD / mu <= threshold (--ampa-threshold)
+  bool normalize = true;    // balance Eq. 9's normalized times (false: raw; --ampa-normalize)
   int64_t max_moves = 0;    // 0: 4 L^2 k
+  AmpaGuard guard = AmpaGuard::kEven;  // projection_partition only (--ampa-guard)
 };
+// Throws strata::Error naming the flag for an exponent < 1 or a negative or non-finite threshold.
+void check_projection_options(const ProjectionOptions& options);
 
 struct AmpaResult {
   std::vector<size_t> sizes;  // layers per partition, in order
   bool criterion_met = false;
   int64_t moves = 0;
   double dispersion = 0.0;  // PD / mu of the result, in the balanced quantity
+  // Set by projection_partition: the partition it returned ("ampa", "even" or "dp") and the raw
+  // slowest stage, ms per micro-batch, of each candidate it evaluated (< 0: not evaluated).
+  std::string chosen = "ampa";
+  Partition ampa_partition;
+  double ampa_slowest_ms = -1.0;
+  double even_slowest_ms = -1.0;
+  double dp_slowest_ms = -1.0;
 };
+// One line for a configuration or a plan: "AMPA, criterion met after 2 moves" or "the even split
+// (AMPA's partition: slowest stage 42.000 ms; even split 33.000 ms)".
+std::string describe_ampa(const AmpaResult& result);
 
 // Algorithm 1 on per-layer times (any unit). Throws for k < 1, k > L or a negative time.
 AmpaResult ampa(const std::vector<double>& layer_times, int partitions,
                 const ProjectionOptions& options = {});
 
 // AMPA on profiled costs (t_l = forward + backward ms per sample), with the estimates of
-// partition.h (send time, memory) for the result. The memory limit is not part of Algorithm 1:
-// plan.memory_error says when a stage exceeds it.
+// partition.h (send time, memory) for the result, then the guard of projection.guard. The memory
+// limit is not part of Algorithm 1: plan.memory_error says when a stage of the result exceeds it.
 PartitionPlan projection_partition(const std::vector<LayerCost>& costs, int stages,
                                    const PartitionOptions& options,
                                    const ProjectionOptions& projection = {},

@@ -5,10 +5,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <tuple>
 
+#include "graph/layers.h"
 #include "graph/model.h"
 #include "graph/model_spec.h"
 #include "graph/param_store.h"
@@ -265,6 +271,88 @@ TEST(GroupedDp, HooksLaunchFromTheLastStageBackwardAndOverlap) {
   }
 }
 
+// A layer that passes its input on and whose backward calls `wait` (with the number of backward
+// passes it ran before): a stage whose backward is as slow as the test wants.
+class SlowBackward final : public graph::Layer {
+ public:
+  SlowBackward(std::string name, std::function<void(int64_t)> wait)
+      : Layer(std::move(name)), wait_(std::move(wait)) {}
+  const char* type() const override { return "slow_backward"; }
+  Shape output_shape(const Shape& input) const override { return input; }
+  TensorList forward(ExecContext&, const TensorList& in, LayerTape&) override { return in; }
+  TensorList backward(ExecContext&, const TensorList& g, LayerTape&) override {
+    wait_(calls_++);
+    return g;
+  }
+
+ private:
+  std::function<void(int64_t)> wait_;
+  int64_t calls_ = 0;
+};
+
+// The overlap itself, where causality does not imply it: stage 1 holds fc2, a layer `slow` and
+// fc3. In the last backward pass of an update (gpipe, M = 2: every second pass), `slow` waits
+// until both groups' all-reduces of fc3's bucket have ended, at most 5 s. The hook launches that
+// bucket after fc3's backward, so they end while the stage is still in its backward pass, before
+// fc2's. Launched at ReduceGrads instead (or run only when the optimizer step waits for it), the
+// wait runs out and the all-reduce ends after the stage's last backward.
+TEST(GroupedDp, AllReduceOfTheLastLayersEndsWhileTheStageIsStillInBackward) {
+  std::vector<Recorded> events;
+  std::mutex mutex;
+  std::condition_variable ended;
+  std::map<int64_t, int> fc3_ends;  // per update, over the groups
+  std::atomic<int64_t> sequence{0};
+  auto wait = [&](int64_t call) {
+    if (call % 2 == 0) return;  // not the update's last backward pass
+    std::unique_lock<std::mutex> lock(mutex);
+    ended.wait_for(lock, std::chrono::seconds(5), [&] { return fc3_ends[call / 2] >= 2; });
+  };
+  const ModelBuilder build = [&] {
+    auto model = std::make_unique<graph::Model>("slow", Shape{12});
+    model->add(std::make_unique<graph::LinearLayer>("fc1", 12, 16, true));
+    model->add(std::make_unique<graph::ReluLayer>("relu1"));
+    model->add(std::make_unique<graph::LinearLayer>("fc2", 16, 16, true));
+    model->add(std::make_unique<SlowBackward>("slow", wait));
+    model->add(std::make_unique<graph::LinearLayer>("fc3", 16, 5, true));
+    return model;
+  };
+  PipelineConfig p = layout(2, 2, 2, 5, ScheduleKind::kGPipe);
+  p.partition = {{0, 2}, {2, 5}};
+  p.grad_sync.bucket_mb = 1e-9;  // fc3's bucket, then fc2's
+  p.grad_sync_observer = [&](const GradSyncEvent& e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back({e, sequence++});
+    if (e.kind == GradSyncEvent::kEnd && e.stage == 1 && e.bucket == 0) {
+      ++fc3_ends[e.update];
+      ended.notify_all();
+    }
+  };
+  auto data = std::make_shared<grouped::LinearClasses>(512, 12, 5);
+  LocalWorld world(4);
+  run_local_ranks(world, [&](LocalCommunicator& comm) {
+    ExecContext ctx(Device::cpu(), nullptr, 1);
+    Trainer trainer(ctx, build, data, nullptr, train_config(2), p, &comm, nullptr);
+    trainer.run();
+  });
+  for (int group = 0; group < 2; ++group) {
+    for (int64_t update = 0; update < 2; ++update) {
+      SCOPED_TRACE("group " + std::to_string(group) + ", update " + std::to_string(update));
+      int64_t fc3_end = -1, fc3_launch = -1, backward_end = -1;
+      for (const Recorded& r : events) {
+        const GradSyncEvent& e = r.event;
+        if (e.group != group || e.stage != 1 || e.update != update) continue;
+        if (e.kind == GradSyncEvent::kLaunch && e.bucket == 0) fc3_launch = r.sequence;
+        if (e.kind == GradSyncEvent::kEnd && e.bucket == 0) fc3_end = r.sequence;
+        if (e.kind == GradSyncEvent::kBackwardEnd) backward_end = r.sequence;
+      }
+      ASSERT_GE(fc3_launch, 0);
+      ASSERT_GE(fc3_end, 0);
+      EXPECT_LT(fc3_end, backward_end)
+          << "the all-reduce of fc3 ended after the stage's last backward pass";
+    }
+  }
+}
+
 TEST(GroupedDp, OverlapOffLaunchesAfterTheWholeBackward) {
   const std::vector<Recorded> events = record_events(false);
   std::map<std::tuple<int, int, int64_t>, int64_t> last_backward;  // (group, stage, update)
@@ -283,6 +371,57 @@ TEST(GroupedDp, OverlapOffLaunchesAfterTheWholeBackward) {
   }
   EXPECT_EQ(launches, 2 * 2 * 5);  // groups x updates x buckets (5 linear layers)
 }
+
+// A communicator whose all-reduces do not complete before `open` is set (its splits are plain):
+// a gradient all-reduce that takes as long as the test wants.
+class GatedComm final : public Communicator {
+ public:
+  GatedComm(std::unique_ptr<Communicator> inner, std::atomic<bool>* open)
+      : inner_(std::move(inner)), open_(open) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return "gated " + inner_->backend(); }
+  std::unique_ptr<Request> isend(const Tensor& t, int peer, int tag) override {
+    return inner_->isend(t, peer, tag);
+  }
+  std::unique_ptr<Request> irecv(const Tensor& t, int peer, int tag) override {
+    return inner_->irecv(t, peer, tag);
+  }
+  std::unique_ptr<Request> all_reduce(const Tensor& t, ReduceOp op) override {
+    return std::make_unique<Gated>(inner_->all_reduce(t, op), open_);
+  }
+  std::unique_ptr<Request> broadcast(const Tensor& t, int root) override {
+    return inner_->broadcast(t, root);
+  }
+  std::unique_ptr<Request> all_gather(const Tensor& in, const Tensor& out) override {
+    return inner_->all_gather(in, out);
+  }
+  std::unique_ptr<Request> reduce_scatter(const Tensor& in, const Tensor& out) override {
+    return inner_->reduce_scatter(in, out);
+  }
+  void barrier(const std::string& what) override { inner_->barrier(what); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return inner_->split(color, key);
+  }
+
+ private:
+  class Gated final : public Request {
+   public:
+    Gated(std::unique_ptr<Request> inner, std::atomic<bool>* open)
+        : inner_(std::move(inner)), open_(open) {}
+    bool test() override { return open_->load() && inner_->test(); }
+    void wait(std::chrono::milliseconds timeout, const std::string& what) override {
+      while (!open_->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      inner_->wait(timeout, what);
+    }
+
+   private:
+    std::unique_ptr<Request> inner_;
+    std::atomic<bool>* open_;
+  };
+  std::unique_ptr<Communicator> inner_;
+  std::atomic<bool>* open_;
+};
 
 // Batch norm inside a pipeline: each micro-batch is normalized with its own statistics (as a
 // single process that runs the same micro-batches one after the other), not the step's.
@@ -320,6 +459,47 @@ TEST(GroupedDp, BatchNormUsesPerMicroBatchStatistics) {
   const RunResult grouped = train_local(spec, layout(2, 2, 2, 8), config);
   EXPECT_TRUE(same_values(params_only(grouped.weights()), params_only(micro.weights()), 1e-6));
   EXPECT_TRUE(same_values(grouped.groups.at(1), grouped.groups.at(0), 0.0));
+  // With --dp-delay the statistics are still averaged at every update (they are not delayed).
+  PipelineConfig delayed = layout(2, 2, 2, 8);
+  delayed.grad_sync.delay = 1;
+  const RunResult stale = train_local(spec, delayed, config);
+  EXPECT_TRUE(same_values(stale.groups.at(1), stale.groups.at(0), 0.0));
+}
+
+// --dp-delay 1 with batch norm: update 0's optimizer step waits for update 0's running statistics
+// only, not for update 0's gradient, whose all-reduce (gated here) may take a whole step. With
+// the statistics queued behind the gradient on the communication thread it would wait for both.
+TEST(GroupedDp, BatchNormStatisticsHaveAChannelOfTheirOwn) {
+  std::atomic<bool> open{false};
+  LocalWorld world(2);
+  run_local_ranks(world, [&](LocalCommunicator& comm) {
+    auto model = graph::build_model(bn_spec());
+    graph::ParamStore store(*model, 0, model->size(), default_cpu_allocator());
+    ASSERT_GT(store.buffers().numel(), 0);
+    GradSyncConfig config;
+    config.delay = 1;
+    config.bucket_mb = 0.0;
+    GroupedDp dp(std::make_unique<GatedComm>(comm.split(0, comm.rank()), &open), store, config, 0,
+                 nullptr, nullptr);
+    store.grads().fill_(comm.rank() + 1.0);
+    store.buffers().fill_(comm.rank() + 1.0);
+    dp.end_backward(0);
+    auto step = std::async(std::launch::async, [&] { return dp.gradients_for(0); });
+    const bool returned = step.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    EXPECT_TRUE(returned) << "the optimizer step of update 0 waited for update 0's gradient";
+    open = true;
+    EXPECT_FALSE(step.get());  // update 0 applies nothing (D = 1)
+    const std::vector<float> stats = store.buffers().to_vector<float>();
+    EXPECT_TRUE(std::all_of(stats.begin(), stats.end(), [](float v) { return v == 1.5f; }));
+    // Update 1 applies update 0's gradient, summed over the groups.
+    store.grads().fill_(10.0);
+    dp.end_backward(1);
+    EXPECT_TRUE(dp.gradients_for(1));
+    const std::vector<float> g = store.grads().to_vector<float>();
+    EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return v == 3.0f; }));
+    dp.take_gradients(1);
+    EXPECT_TRUE(dp.idle());
+  });
 }
 
 }  // namespace

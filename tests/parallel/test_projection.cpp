@@ -1,14 +1,21 @@
 // GroPipe's performance projection and AMPA (parallel/partition/projection.h): the closed form
-// against the recurrence, Eqs. 8 and 9 by hand, and Algorithm 1 traced by hand on small profiles.
+// against the recurrence, Eqs. 8 and 9 by hand, Algorithm 1 traced by hand on small profiles, and
+// the guard that keeps projection_partition from returning a partition slower in real time than
+// the even split (or the exact min-max partition) over hundreds of random and model-like
+// profiles.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "engine/check.h"
 #include "parallel/partition/partition.h"
 #include "parallel/partition/projection.h"
+#include "tools/bench/layer_profiles.h"
 
 namespace strata::parallel {
 namespace {
@@ -168,6 +175,122 @@ TEST(Ampa, ProjectionPartitionOfCosts) {
   ASSERT_EQ(plan.partition.size(), 2u);
   EXPECT_EQ(plan.partition[0], (LayerRange{0, 6}));
   EXPECT_EQ(plan.partition[1], (LayerRange{6, 8}));
+}
+
+// Layers whose forward takes `t` ms per sample and whose backward and sends are free: a stage's
+// raw time is the sum of its layers' t (one sample per micro-batch).
+std::vector<LayerCost> costs_of(const std::vector<double>& t) {
+  std::vector<LayerCost> costs;
+  for (size_t l = 0; l < t.size(); ++l) costs.push_back({"l" + std::to_string(l), t[l], 0.0});
+  return costs;
+}
+
+std::vector<double> stage_ms(const PartitionPlan& plan) {
+  std::vector<double> out;
+  for (const StageEstimate& e : plan.stages) out.push_back(e.time_ms);
+  return out;
+}
+
+// The two near-uniform profiles: min-max normalization makes the three layers of 10 ms
+// worth nothing, so AMPA piles them onto one partition; the guard returns the even split.
+TEST(Ampa, GuardReturnsTheEvenSplitWhenAmpaIsSlowerInRealTime) {
+  PartitionOptions po;
+  ProjectionOptions paper;
+  paper.guard = AmpaGuard::kOff;
+  AmpaResult r;
+  const std::vector<double> a{10, 11, 12, 10, 10, 10};
+  EXPECT_EQ(stage_ms(projection_partition(costs_of(a), 2, po, paper, &r)),
+            (std::vector<double>{21, 42}));
+  EXPECT_EQ(r.chosen, "ampa");
+  EXPECT_EQ(stage_ms(projection_partition(costs_of(a), 2, po, {}, &r)),
+            (std::vector<double>{33, 30}));
+  EXPECT_EQ(r.chosen, "even");
+  EXPECT_EQ(r.ampa_slowest_ms, 42.0);
+  EXPECT_EQ(r.even_slowest_ms, 33.0);
+  EXPECT_EQ(r.ampa_partition, (Partition{{0, 2}, {2, 6}}));
+  EXPECT_NE(describe_ampa(r).find("the even split (AMPA's partition"), std::string::npos)
+      << describe_ampa(r);
+
+  const std::vector<double> b{10, 10, 10, 10, 10, 11, 12, 10};
+  EXPECT_EQ(stage_ms(projection_partition(costs_of(b), 2, po, paper)),
+            (std::vector<double>{61, 22}));
+  EXPECT_EQ(stage_ms(projection_partition(costs_of(b), 2, po)), (std::vector<double>{40, 43}));
+  // Against the exact min-max partition too (--ampa-guard dp): the cycle of the three-partition
+  // trace above ends at (1, 3, 5) = 5|7|5 ms; the optimum is 5|6|6.
+  ProjectionOptions dp;
+  dp.guard = AmpaGuard::kDp;
+  dp.normalize = false;
+  EXPECT_EQ(stage_ms(projection_partition(costs_of({5, 5, 1, 1, 1, 1, 1, 1, 1}), 3, po, dp, &r)),
+            (std::vector<double>{5, 6, 6}));
+  EXPECT_EQ(r.chosen, "dp");
+  EXPECT_EQ(r.ampa_slowest_ms, 7.0);
+  EXPECT_EQ(r.even_slowest_ms, 11.0);
+  EXPECT_EQ(r.dp_slowest_ms, 6.0);
+  // When AMPA is as fast as the others its own partition stays (1..8 in two: 21|15 vs even 10|26).
+  dp.normalize = true;
+  EXPECT_EQ(stage_ms(projection_partition(costs_of({1, 2, 3, 4, 5, 6, 7, 8}), 2, po, dp, &r)),
+            (std::vector<double>{21, 15}));
+  EXPECT_EQ(r.chosen, "ampa");
+  EXPECT_EQ(describe_ampa(r), "AMPA, criterion met after 2 moves");
+  EXPECT_EQ(parse_ampa_guard("dp"), AmpaGuard::kDp);
+  EXPECT_STREQ(ampa_guard_name(AmpaGuard::kOff), "off");
+  EXPECT_THROW(parse_ampa_guard("always"), Error);
+  ProjectionOptions bad;
+  bad.threshold = -0.1;
+  EXPECT_THROW(check_projection_options(bad), Error);
+  EXPECT_THROW(projection_partition(costs_of(a), 2, po, bad), Error);
+}
+
+TEST(Ampa, GuardedPartitionIsNeverSlowerThanTheEvenSplitOnHundredsOfProfiles) {
+  std::mt19937 rng(17);
+  PartitionOptions po;
+  po.micro_batch_size = 2;
+  po.bandwidth_bytes_per_second = 1e9;
+  int profiles = 0, ampa_slower_than_even = 0, ampa_slower_than_dp = 0;
+  for (const bench::ProfileFamily& family : bench::profile_families()) {
+    for (int trial = 0; trial < 60; ++trial) {
+      const size_t L = 4 + rng() % 37;
+      const int k = 2 + static_cast<int>(rng() % std::min<size_t>(L - 1, 7));
+      std::vector<LayerCost> costs = costs_of(family.times(rng, L));
+      for (LayerCost& c : costs) {
+        c.backward_ms = 2.0 * c.forward_ms;
+        c.output_bytes = trial % 2 == 0 ? 0.0 : static_cast<double>(rng() % 200000);
+      }
+      ProjectionOptions o;
+      o.normalize = trial % 3 != 0;
+      o.threshold = trial % 5 == 0 ? 0.0 : 0.01;
+      o.guard = AmpaGuard::kDp;
+      AmpaResult r;
+      const PartitionPlan dp_guarded = projection_partition(costs, k, po, o, &r);
+      o.guard = AmpaGuard::kEven;
+      AmpaResult re;
+      const PartitionPlan even_guarded = projection_partition(costs, k, po, o, &re);
+      const PartitionPlan even = evaluate_partition(costs, uniform_partition(L, k), po);
+      const PartitionPlan dp = balanced_partition(costs, k, po);
+      o.guard = AmpaGuard::kOff;
+      const PartitionPlan paper = projection_partition(costs, k, po, o);
+      SCOPED_TRACE(family.name + ", L " + std::to_string(L) + ", k " + std::to_string(k) +
+                   ", trial " + std::to_string(trial));
+      ASSERT_EQ(paper.partition, re.ampa_partition);  // the guard does not change AMPA
+      EXPECT_EQ(r.ampa_slowest_ms, paper.slowest_ms);
+      EXPECT_EQ(re.even_slowest_ms, even.slowest_ms);
+      EXPECT_EQ(r.dp_slowest_ms, dp.slowest_ms);
+      // Guard even: the faster of AMPA's and the even split, AMPA's on a tie.
+      EXPECT_EQ(even_guarded.slowest_ms, std::min(paper.slowest_ms, even.slowest_ms));
+      EXPECT_LE(even_guarded.slowest_ms, even.slowest_ms);
+      EXPECT_EQ(re.chosen, paper.slowest_ms <= even.slowest_ms ? "ampa" : "even");
+      // Guard dp: the exact optimum's time (no partition is faster than it).
+      EXPECT_EQ(dp_guarded.slowest_ms, dp.slowest_ms);
+      EXPECT_GE(paper.slowest_ms, dp.slowest_ms);
+      ++profiles;
+      ampa_slower_than_even += paper.slowest_ms > even.slowest_ms;
+      ampa_slower_than_dp += paper.slowest_ms > dp.slowest_ms;
+    }
+  }
+  std::printf("%d profiles: AMPA slower than the even split on %d, than the optimum on %d\n",
+              profiles, ampa_slower_than_even, ampa_slower_than_dp);
+  // The guard is not idle: the paper's algorithm alone loses to the even split on some profiles.
+  EXPECT_GT(ampa_slower_than_even, 0);
 }
 
 }  // namespace

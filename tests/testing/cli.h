@@ -4,8 +4,10 @@
 
 #include <sys/wait.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
+
 #include <string>
 
 #include <gtest/gtest.h>
@@ -37,7 +39,8 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
 
 // An empty directory NAME under the test's temporary directory (removed first if it exists).
 inline std::string fresh_temp_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name;
+  // One per process: the same test may run twice at once (ctest -j with a repeat, or by hand).
+  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -2,27 +2,37 @@
 // x S stages through the Trainer, on local threads or on MPI ranks.
 //
 //   gropipe_bench --mode overlap [--groups 2 --stages 2] [--repeats 5]   # --dp-overlap on vs off
+//   gropipe_bench --mode delay --delays 0,1                # --dp-delay 0 vs 1, interleaved
 //   gropipe_bench --mode sweep [--ranks 4]                 # throughput over N x k and M
 //   gropipe_bench --mode accuracy --target 0.80            # time to a test accuracy, 3 layouts
 //   mpirun -np 4 gropipe_bench --mode overlap              # the same on MPI ranks
+//
+// --system gropipe (the default) runs the paper's configuration (parallel/gropipe/preset.h): gpipe,
+// one all-reduce per stage launched by its hook, no delay unless --dp-delay says otherwise, and
+// AMPA's partition (with its guard) of the workload's per-layer costs; --system custom runs 1f1b
+// with --dp-bucket-mb buckets on the even split. The first lines say which.
 //
 // Throughput is samples/s over the steps after --warmup, taken from the trainer's per-step clock
 // on rank 0. Configurations are run interleaved (on, off, on, off, ...) and the median of the
 // repeats is reported, so that load from other processes hits every configuration alike. The
 // default model is an MLP whose gradients are large against its compute per sample (the case
 // where the all-reduce matters); --model takes any image model of the registry instead, on
-// synthetic images (throughput) or Fashion-MNIST (accuracy).
+// synthetic images (throughput; --image-size) or Fashion-MNIST (accuracy).
 //
-// On local threads the overlap mode also reports, from the grouped all-reduce's events, how much
-// of the gradient all-reduce ran while the group was still in its backward pass ("hidden": the
-// part of each all-reduce before the group's last Backward of the step ended, over all
-// all-reduce time) and how long a step still waited for all-reduces after that backward
-// ("exposed", per step): the overlap itself, apart from what it buys on these cores.
+// On local threads the overlap and delay modes also report, from the grouped all-reduce's events
+// (tools/bench/grad_sync_recorder.h), the share of all-reduce time the ranks did not wait for
+// ("hidden"), the share that ran during the update's own backward ("in backward") and the time a
+// rank waited for all-reduces per step ("waited").
 //
-// --compute-ms X gives every linear layer of mlp-wide a fixed duration (forward X ms, backward
-// 2X, sleeping for what the product leaves), so that compute leaves the CPU free as it would on
-// an accelerator and the gradient all-reduce (real, over the real buffers) no longer competes
-// with it for the cores: the setting GroPipe's overlap is for.
+// Device cost models, so that compute leaves the CPU free as it would on an accelerator and the
+// gradient all-reduce (real, over the real buffers) no longer competes with it for the cores:
+//   --compute-ms X         mlp-wide: every linear layer's forward lasts X ms (backward 2X), its
+//                          product runs and the layer sleeps for what it left (timed_linear.h);
+//   --device-model NAME    registry models: every layer lasts what parallel/sim's device model
+//                          gives for its work on NAME (t4, the paper's GPU, or a100/h100/h200)
+//                          at the micro-batch's rows, times --time-scale (timed_layer.h); with
+//                          --device-compute on the layer also runs (real accuracy), off it does
+//                          not (zeros, for throughput and overlap only).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,12 +49,18 @@
 #include "engine/check.h"
 #include "engine/exec_context.h"
 #include "graph/model_spec.h"
+#include "graph/profiler.h"
+#include "graph/train_step.h"
 #include "io/datasets.h"
 #include "models/registry.h"
 #include "parallel/comm/local_comm.h"
+#include "parallel/gropipe/preset.h"
 #include "parallel/partition/partition.h"
+#include "parallel/sim/cost_model.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
+#include "tools/bench/grad_sync_recorder.h"
+#include "tools/bench/timed_layer.h"
 #include "tools/bench/timed_linear.h"
 #ifdef STRATA_WITH_MPI
 #include "parallel/comm/mpi_comm.h"
@@ -55,6 +71,7 @@ namespace {
 
 struct Options {
   std::string mode = "overlap";
+  std::string system = "gropipe";  // gropipe (the paper's configuration) or custom
   std::string model = "mlp-wide";  // or a registry model (resnet, vgg, cnn, ...)
   std::string size = "tiny";
   int width = 1024;  // mlp-wide: hidden units
@@ -66,6 +83,8 @@ struct Options {
   int repeats = 5;
   double bucket_mb = 25.0;
   int delay = 0;
+  std::string delays = "0,1";           // delay mode
+  std::string buffer_channels = "own";  // delay mode: own and/or shared, for batch-norm models
   std::string micro_list = "1,2,4,8";
   double target = 0.80;    // accuracy mode
   int64_t max_epochs = 3;  // accuracy mode
@@ -74,6 +93,10 @@ struct Options {
   int threads = 0;  // per process; 0 = all cores
   double compute_ms = 0;             // mlp-wide: > 0: each linear layer lasts this (backward twice)
   double compute_ms_per_sample = 0;  // ... plus this per sample of its micro-batch
+  std::string device_model;          // registry models: layers timed by this device's model
+  double time_scale = 1.0;           // ... times this
+  std::string device_compute = "on";  // ... and the layers run (on) or not (off)
+  int64_t image_size = 32;            // synthetic images (throughput modes)
 };
 
 // Random features and labels (throughput only; nothing is learned).
@@ -112,7 +135,64 @@ struct Workload {
   proto::ModelSpec spec;
   parallel::ModelBuilder build;  // set: the model is built by this (its spec only names layers)
   std::shared_ptr<const io::Dataset> train, test;
+  // Per-layer costs (ms per sample) at micro-batches of `rows`, for AMPA (--system gropipe).
+  std::function<std::vector<parallel::LayerCost>(int64_t rows)> costs;
+  std::string costs_source;
 };
+
+// NVIDIA T4 (the paper's GPU, Table III): 65 TFLOP/s fp16 tensor cores, 8.1 TFLOP/s fp32,
+// 320 GB/s GDDR6, 16 GB, PCIe 3 x16.
+parallel::sim::DeviceSpec device_spec(const std::string& name) {
+  if (name != "t4") return parallel::sim::builtin_device(name);
+  parallel::sim::DeviceSpec t4;
+  t4.name = "t4";
+  t4.peak_flops = 65e12;
+  t4.peak_flops_tf32 = 8.1e12;
+  t4.peak_flops_fp32 = 8.1e12;
+  t4.memory_bandwidth = 320e9;
+  t4.memory_bytes = 16e9;
+  t4.nvlink_bandwidth = 0.0;
+  t4.host_bandwidth = 12e9;
+  t4.launch_seconds = 5e-6;
+  return t4;
+}
+
+// Per-layer profile of a model on this CPU at `rows` samples per call (the median of three
+// profiles of four calls each, after a warm-up call).
+std::vector<parallel::LayerCost> profile_costs(const Workload& w, int64_t rows, int threads) {
+  std::unique_ptr<graph::Model> model = w.build ? w.build() : graph::build_model(w.spec);
+  ExecContext ctx(Device::cpu(), nullptr, threads);
+  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
+  store.initialize(1);
+  Shape shape{rows};
+  for (int64_t d : model->input_shape()) shape.push_back(d);
+  const Tensor x = Tensor::full(shape, 0.1);
+  const Tensor target = Tensor::zeros({rows}, DType::kI64);
+  std::vector<std::vector<double>> forward(model->size()), backward(model->size());
+  std::vector<parallel::LayerCost> costs;
+  for (int run = 0; run < 3; ++run) {
+    graph::LayerProfiler profiler(*model);
+    for (int step = 0; step < 5; ++step) {
+      graph::ForwardOptions fwd;
+      fwd.step = step;
+      graph::train_forward_backward(ctx, *model, {x}, target, {}, fwd, &profiler);
+      store.zero_grads(ctx);
+      if (step == 0) profiler.reset();
+    }
+    costs = parallel::layer_costs(profiler.layers());
+    for (size_t l = 0; l < model->size(); ++l) {
+      forward[l].push_back(costs[l].forward_ms);
+      backward[l].push_back(costs[l].backward_ms);
+    }
+  }
+  for (size_t l = 0; l < costs.size(); ++l) {
+    std::sort(forward[l].begin(), forward[l].end());
+    std::sort(backward[l].begin(), backward[l].end());
+    costs[l].forward_ms = forward[l][1];
+    costs[l].backward_ms = backward[l][1];
+  }
+  return costs;
+}
 
 Workload workload(const Options& o, bool real_data) {
   Workload w;
@@ -139,15 +219,80 @@ Workload workload(const Options& o, bool real_data) {
         }
         return model;
       };
+      // The timed layers' durations (ReLUs: free).
+      w.costs = [opts](int64_t rows) {
+        std::vector<parallel::LayerCost> costs;
+        const double ms = (opts.compute_ms + opts.compute_ms_per_sample * rows) / rows;
+        for (int l = 0; l < opts.depth; ++l) {
+          costs.push_back({"fc" + std::to_string(l), ms, 2 * ms});
+          if (l + 1 < opts.depth) costs.push_back({"relu" + std::to_string(l), 0.0, 0.0});
+        }
+        return costs;
+      };
+      w.costs_source = "the timed layers' durations";
     }
-    return w;
+  } else {
+    io::DatasetOptions d;
+    d.image_size = real_data ? 0 : o.image_size;  // Fashion-MNIST keeps its 28x28
+    d.augment = false;
+    w.train = io::open_dataset(real_data ? "fashion-mnist" : "synthetic-images", "", "train", d);
+    if (real_data) w.test = io::open_dataset("fashion-mnist", "", "test", d);
+    w.spec =
+        models::model_spec(o.model, o.size, w.train->input_spec().shape, w.train->num_classes());
   }
-  io::DatasetOptions d;
-  d.image_size = real_data ? 0 : 32;  // Fashion-MNIST keeps its 28x28
-  d.augment = false;
-  w.train = io::open_dataset(real_data ? "fashion-mnist" : "synthetic-images", "", "train", d);
-  if (real_data) w.test = io::open_dataset("fashion-mnist", "", "test", d);
-  w.spec = models::model_spec(o.model, o.size, w.train->input_spec().shape, w.train->num_classes());
+  if (!o.device_model.empty()) {
+    // Every layer timed by the device's cost model (parallel/sim/cost_model.h) of its work.
+    STRATA_CHECK(o.model != "mlp-wide") << "--device-model applies to registry models (--model)";
+    const std::unique_ptr<graph::Model> base = graph::build_model(w.spec);
+    const parallel::sim::DeviceSpec device = device_spec(o.device_model);
+    parallel::sim::DeviceCostOptions dc;
+    dc.peak_flops = device.peak_flops_fp32;
+    dc.causal_attention = false;
+    dc.optimizer_slots = 1;
+    const parallel::sim::CostModel cost = parallel::sim::device_cost_model(
+        parallel::sim::model_work(*base, &w.spec, parallel::sim::WorkOptions{}), device, dc);
+    std::vector<proto::ModelSpec> one_layer;  // layer l alone, on the input it receives
+    for (size_t l = 0; l < base->size(); ++l) {
+      proto::ModelSpec one;
+      one.set_name(w.spec.name());
+      for (int64_t dim : base->shape_before(l)) one.mutable_input()->add_shape(dim);
+      one.mutable_input()->set_dtype(dtype_name(base->specs_before(l).at(0).dtype));
+      *one.add_layer() = w.spec.layer(static_cast<int>(l));
+      one.mutable_layer(0)->set_name(base->layer(l).name());
+      one_layer.push_back(one);
+    }
+    const double scale = o.time_scale;
+    const bool compute = o.device_compute == "on";
+    const Shape input = base->input_shape();
+    const DType input_dtype = base->input_dtype();
+    const std::string name = w.spec.name() + "_" + o.device_model;
+    w.build = [one_layer, cost, scale, compute, input, input_dtype, name] {
+      auto model = std::make_unique<graph::Model>(name, input, input_dtype);
+      for (size_t l = 0; l < one_layer.size(); ++l) {
+        model->add(std::make_unique<bench::TimedLayer>(graph::build_model(one_layer[l]), 0,
+                                                       cost.layers[l].forward_s,
+                                                       cost.layers[l].backward_s, scale, compute));
+      }
+      return model;
+    };
+    std::vector<std::string> names;
+    for (size_t l = 0; l < base->size(); ++l) names.push_back(base->layer(l).name());
+    w.costs = [cost, scale, names](int64_t rows) {
+      std::vector<parallel::LayerCost> costs;
+      for (size_t l = 0; l < cost.layers.size(); ++l) {
+        const parallel::sim::LayerModel& m = cost.layers[l];
+        costs.push_back({names[l], 1e3 * scale * m.forward_s.at(rows) / rows,
+                         1e3 * scale * m.backward_s.at(rows) / rows, m.work.output_bytes});
+      }
+      return costs;
+    };
+    w.costs_source = device.name + "'s cost model x " + std::to_string(scale);
+  }
+  if (!w.costs) {
+    const int threads = o.threads;
+    w.costs = [w, threads](int64_t rows) { return profile_costs(w, rows, threads); };
+    w.costs_source = "profiled on this CPU";
+  }
   return w;
 }
 
@@ -160,81 +305,71 @@ class Clock final : public parallel::TrainObserver {
   std::vector<std::pair<int64_t, double>> evals;  // (step, accuracy)
 };
 
-// The grouped all-reduce's events of one run (local threads: every rank in this process).
-class SyncRecorder {
- public:
-  void record(const parallel::GradSyncEvent& e) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const Key key{e.update, e.group};
-    if (e.kind == parallel::GradSyncEvent::kBackwardEnd) {
-      // Backward ends carry the next update's number: the update whose gradient they produce.
-      auto& t = backward_end_[key];
-      t = std::max(t, e.time);
-    } else if (e.kind == parallel::GradSyncEvent::kStart) {
-      open_[{e.update, e.group, e.stage, e.bucket}] = e.time;
-    } else if (e.kind == parallel::GradSyncEvent::kEnd) {
-      const auto it = open_.find({e.update, e.group, e.stage, e.bucket});
-      if (it != open_.end()) spans_.push_back({key, it->second, e.time});
-    }
-  }
-  // (hidden fraction, exposed seconds per step) over updates >= `first_update`.
-  std::pair<double, double> overlap(int64_t first_update) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    double total = 0.0, hidden = 0.0;
-    std::map<Key, Clock::time_point> last_end;
-    for (const Span& sp : spans_) {
-      if (sp.key.first < first_update) continue;
-      const auto be = backward_end_.find(sp.key);
-      if (be == backward_end_.end()) continue;
-      total += seconds(sp.end - sp.start);
-      hidden += std::max(0.0, seconds(std::min(sp.end, be->second) - sp.start));
-      auto& le = last_end[sp.key];
-      le = std::max(le, sp.end);
-    }
-    double exposed = 0.0;
-    for (const auto& [key, end] : last_end) {
-      exposed += std::max(0.0, seconds(end - backward_end_.at(key)));
-    }
-    return {total > 0 ? hidden / total : 0.0,
-            last_end.empty() ? 0.0 : exposed / static_cast<double>(last_end.size())};
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  using Key = std::pair<int64_t, int>;  // (update, group)
-  struct Span {
-    Key key;
-    Clock::time_point start, end;
-  };
-  static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-  mutable std::mutex mutex_;
-  std::map<Key, Clock::time_point> backward_end_;
-  std::map<std::tuple<int64_t, int, int, int>, Clock::time_point> open_;
-  std::vector<Span> spans_;
-};
-
 struct Result {
-  double hidden = -1.0;     // local threads: fraction of all-reduce time inside the backward
-  double exposed_s = -1.0;  // local threads: seconds per step waited after the backward
+  bench::GradSyncRecorder::Overlap overlap;  // local threads only
+  bool have_overlap = false;
   double samples_per_s = 0.0;
   double seconds_to_target = -1.0;  // accuracy mode; -1: not reached
   int64_t step_to_target = -1;
   double final_accuracy = 0.0;
 };
 
-parallel::PipelineConfig pipeline_of(const Options& o, int groups, int stages, int64_t micro,
-                                     bool overlap, size_t layers) {
+// The layout's pipeline: the paper's configuration with AMPA's partition of the workload's costs
+// at the layout's micro-batch (--system gropipe; --dp-delay given overrides its delay), or 1f1b,
+// --dp-bucket-mb buckets and the even split (--system custom).
+parallel::PipelineConfig pipeline_of(const Options& o, const Workload& w, int groups, int stages,
+                                     int64_t micro, bool overlap, int delay,
+                                     parallel::Communicator* mpi) {
+  const bool report = mpi == nullptr || mpi->rank() == 0;
   parallel::PipelineConfig p;
   p.groups = groups;
   p.stages = stages;
   p.micro_batches = micro;
-  p.schedule = parallel::ScheduleKind::k1F1B;
-  for (const parallel::LayerRange& r : parallel::uniform_partition(layers, stages)) {
-    p.partition.push_back({r.begin, r.end});
+  const size_t layers = static_cast<size_t>(w.spec.layer_size());
+  parallel::Partition partition = parallel::uniform_partition(layers, stages);
+  std::string how = "the even split";
+  if (o.system == "gropipe") {
+    parallel::apply_gropipe(&p);
+    p.grad_sync.overlap = overlap;
+    p.grad_sync.delay = delay;
+    if (stages > 1) {
+      const int64_t rows = std::max<int64_t>(1, o.batch_size / groups / micro);
+      parallel::PartitionOptions po;
+      po.micro_batches = micro;
+      po.micro_batch_size = rows;
+      parallel::AmpaResult ampa;
+      partition = parallel::gropipe_partition(w.costs(rows), stages, po, &ampa);
+      how = parallel::describe_ampa(ampa);
+    }
+  } else {
+    p.schedule = parallel::ScheduleKind::k1F1B;
+    p.grad_sync.overlap = overlap;
+    p.grad_sync.bucket_mb = o.bucket_mb;
+    p.grad_sync.delay = delay;
   }
-  p.grad_sync.overlap = overlap;
-  p.grad_sync.bucket_mb = o.bucket_mb;
-  p.grad_sync.delay = o.delay;
+  if (mpi != nullptr) {
+    // Profiled costs are timings: rank 0's partition holds for every rank.
+    Tensor bounds = Tensor::zeros({static_cast<int64_t>(stages)}, DType::kI64);
+    for (int s = 0; s < stages; ++s) bounds.data<int64_t>()[s] = partition[s].end;
+    mpi->broadcast(bounds, 0)->wait(mpi->timeout(), "the partition from rank 0");
+    for (int s = 0; s < stages; ++s) {
+      partition[s] = {s == 0 ? 0 : partition[s - 1].end,
+                      static_cast<size_t>(bounds.data<int64_t>()[s])};
+    }
+  }
+  for (const parallel::LayerRange& r : partition) p.partition.push_back({r.begin, r.end});
+  if (report) {
+    std::string text;
+    for (const parallel::LayerRange& r : partition) {
+      text += (text.empty() ? "" : ",") + std::to_string(r.begin) + "-" + std::to_string(r.end - 1);
+    }
+    std::printf("  layout %dx%d M=%lld: %s, buckets %s, partition %s (%s)\n", groups, stages,
+                static_cast<long long>(micro), parallel::schedule_name(p.schedule),
+                p.grad_sync.bucket_mb > 0 ? (std::to_string(p.grad_sync.bucket_mb) + " MiB").c_str()
+                                          : "one per stage",
+                text.c_str(), how.c_str());
+    std::fflush(stdout);
+  }
   return p;
 }
 
@@ -289,7 +424,7 @@ Result run(const Options& o, const Workload& w, const parallel::PipelineConfig& 
     out.final_accuracy = v[3];
     return out;
   }
-  SyncRecorder recorder;
+  bench::GradSyncRecorder recorder;
   parallel::PipelineConfig observed = p;
   observed.grad_sync_observer = [&recorder](const parallel::GradSyncEvent& e) {
     recorder.record(e);
@@ -298,7 +433,8 @@ Result run(const Options& o, const Workload& w, const parallel::PipelineConfig& 
   parallel::run_local_ranks(world, [&](parallel::LocalCommunicator& comm) {
     body(&comm, std::max(1, cores / ranks), observed);
   });
-  std::tie(result.hidden, result.exposed_s) = recorder.overlap(o.warmup);
+  result.overlap = recorder.overlap(o.warmup);
+  result.have_overlap = true;
   return result;
 }
 
@@ -320,44 +456,78 @@ parallel::TrainConfig train_config(const Options& o, int64_t steps) {
   return c;
 }
 
-void mode_overlap(const Options& o, const Workload& w, size_t layers, parallel::Communicator* mpi,
-                  bool root) {
-  std::vector<double> on, off, hidden_on, hidden_off, exposed_on, exposed_off;
+// Runs the variants interleaved (a, b, a, b, ...) and reports per repeat and the medians.
+void compare(const Options& o, const Workload& w,
+             const std::vector<std::pair<std::string, parallel::PipelineConfig>>& variants,
+             parallel::Communicator* mpi, bool root) {
+  const size_t n = variants.size();
+  std::vector<std::vector<double>> rate(n), hidden(n), in_backward(n), waited(n), reduce(n);
   for (int r = 0; r < o.repeats; ++r) {
-    for (bool overlap : {true, false}) {
-      const Result res =
-          run(o, w, pipeline_of(o, o.groups, o.stages, o.micro_batches, overlap, layers),
-              train_config(o, o.steps), mpi);
-      (overlap ? on : off).push_back(res.samples_per_s);
-      (overlap ? hidden_on : hidden_off).push_back(res.hidden);
-      (overlap ? exposed_on : exposed_off).push_back(res.exposed_s);
-      if (root && res.hidden >= 0) {
-        std::printf(
-            "  repeat %d overlap %-3s %9.1f samples/s; all-reduce hidden in backward %5.1f%%, "
-            "exposed %.2f ms/step\n",
-            r, overlap ? "on" : "off", res.samples_per_s, 100 * res.hidden, 1e3 * res.exposed_s);
-      } else if (root) {
-        std::printf("  repeat %d overlap %-3s %9.1f samples/s\n", r, overlap ? "on" : "off",
-                    res.samples_per_s);
+    for (size_t v = 0; v < n; ++v) {
+      const Result res = run(o, w, variants[v].second, train_config(o, o.steps), mpi);
+      rate[v].push_back(res.samples_per_s);
+      if (res.have_overlap) {
+        hidden[v].push_back(res.overlap.hidden);
+        in_backward[v].push_back(res.overlap.in_backward);
+        waited[v].push_back(res.overlap.waited_ms);
+        reduce[v].push_back(res.overlap.allreduce_ms);
       }
+      if (!root) continue;
+      std::printf("  repeat %d %-18s %9.2f samples/s", r, variants[v].first.c_str(),
+                  res.samples_per_s);
+      if (res.have_overlap) {
+        std::printf(
+            "; all-reduce %.2f ms/step, hidden %5.1f%%, in backward %5.1f%%, waited %.2f "
+            "ms/step",
+            res.overlap.allreduce_ms, 100 * res.overlap.hidden, 100 * res.overlap.in_backward,
+            res.overlap.waited_ms);
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
   }
-  if (root && mpi == nullptr) {
-    std::printf(
-        "all-reduce time hidden in the backward (median): on %.1f%%, off %.1f%%; exposed after "
-        "it: on %.2f, off %.2f ms/step\n",
-        100 * median(hidden_on), 100 * median(hidden_off), 1e3 * median(exposed_on),
-        1e3 * median(exposed_off));
+  if (!root) return;
+  std::printf("%dx%d, M=%lld, batch %lld, medians of %d (per rank and step for the all-reduce):\n",
+              o.groups, o.stages, static_cast<long long>(o.micro_batches),
+              static_cast<long long>(o.batch_size), o.repeats);
+  std::printf("  %-18s %10s %12s %8s %12s %10s\n", "variant", "samples/s", "all-reduce ms",
+              "hidden", "in backward", "waited ms");
+  for (size_t v = 0; v < n; ++v) {
+    std::printf("  %-18s %10.2f", variants[v].first.c_str(), median(rate[v]));
+    if (hidden[v].empty()) {
+      std::printf("\n");
+      continue;
+    }
+    std::printf(" %12.2f %7.1f%% %11.1f%% %10.2f\n", median(reduce[v]), 100 * median(hidden[v]),
+                100 * median(in_backward[v]), median(waited[v]));
   }
-  if (root) {
-    std::printf(
-        "%dx%d, M=%lld, batch %lld, buckets %s MiB, delay %d: overlap on %.1f, off %.1f "
-        "samples/s (medians of %d); on/off = %.3f\n",
-        o.groups, o.stages, static_cast<long long>(o.micro_batches),
-        static_cast<long long>(o.batch_size), std::to_string(o.bucket_mb).c_str(), o.delay,
-        median(on), median(off), o.repeats, median(on) / median(off));
+}
+
+void mode_overlap(const Options& o, const Workload& w, parallel::Communicator* mpi, bool root) {
+  std::vector<std::pair<std::string, parallel::PipelineConfig>> variants;
+  for (bool overlap : {true, false}) {
+    variants.push_back(
+        {overlap ? "overlap on" : "overlap off",
+         pipeline_of(o, w, o.groups, o.stages, o.micro_batches, overlap, o.delay, mpi)});
   }
+  compare(o, w, variants, mpi, root);
+}
+
+std::vector<int64_t> parse_list(const std::string& text);
+
+void mode_delay(const Options& o, const Workload& w, parallel::Communicator* mpi, bool root) {
+  std::vector<std::pair<std::string, parallel::PipelineConfig>> variants;
+  const bool both = o.buffer_channels.find(',') != std::string::npos;
+  for (int64_t d : parse_list(o.delays)) {
+    for (const std::string channel : {"own", "shared"}) {
+      if (o.buffer_channels.find(channel) == std::string::npos) continue;
+      parallel::PipelineConfig p =
+          pipeline_of(o, w, o.groups, o.stages, o.micro_batches, true, static_cast<int>(d), mpi);
+      p.grad_sync.buffers_channel = channel == "own";
+      variants.push_back({"delay " + std::to_string(d) + (both ? " bn " + channel : ""), p});
+    }
+  }
+  compare(o, w, variants, mpi, root);
 }
 
 std::vector<int64_t> parse_list(const std::string& text) {
@@ -371,8 +541,8 @@ std::vector<int64_t> parse_list(const std::string& text) {
   return out;
 }
 
-void mode_sweep(const Options& o, const Workload& w, size_t layers, parallel::Communicator* mpi,
-                bool root) {
+void mode_sweep(const Options& o, const Workload& w, parallel::Communicator* mpi, bool root) {
+  const size_t layers = static_cast<size_t>(w.spec.layer_size());
   std::vector<std::pair<int, int>> layouts;  // (N, k) with N k = ranks
   for (int k = 1; k <= o.ranks; ++k) {
     if (o.ranks % k == 0 && static_cast<size_t>(k) <= layers) layouts.push_back({o.ranks / k, k});
@@ -386,14 +556,20 @@ void mode_sweep(const Options& o, const Workload& w, size_t layers, parallel::Co
   }
   std::vector<std::vector<std::vector<double>>> samples(
       layouts.size(), std::vector<std::vector<double>>(micro.size()));
+  std::map<std::pair<size_t, size_t>, parallel::PipelineConfig> pipelines;
+  for (size_t l = 0; l < layouts.size(); ++l) {
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const auto [n, k] = layouts[l];
+      if ((o.batch_size / n) % micro[i] != 0 || o.batch_size % n != 0) continue;
+      pipelines[{l, i}] = pipeline_of(o, w, n, k, micro[i], true, o.delay, mpi);
+    }
+  }
   for (int r = 0; r < o.repeats; ++r) {
     for (size_t l = 0; l < layouts.size(); ++l) {
       for (size_t i = 0; i < micro.size(); ++i) {
-        const auto [n, k] = layouts[l];
-        if ((o.batch_size / n) % micro[i] != 0 || o.batch_size % n != 0) continue;
+        if (!pipelines.count({l, i})) continue;
         samples[l][i].push_back(
-            run(o, w, pipeline_of(o, n, k, micro[i], true, layers), train_config(o, o.steps), mpi)
-                .samples_per_s);
+            run(o, w, pipelines[{l, i}], train_config(o, o.steps), mpi).samples_per_s);
       }
     }
   }
@@ -412,8 +588,7 @@ void mode_sweep(const Options& o, const Workload& w, size_t layers, parallel::Co
   }
 }
 
-void mode_accuracy(const Options& o, const Workload& w, size_t layers, parallel::Communicator* mpi,
-                   bool root) {
+void mode_accuracy(const Options& o, const Workload& w, parallel::Communicator* mpi, bool root) {
   const int64_t per_epoch = w.train->size() / o.batch_size;
   parallel::TrainConfig c = train_config(o, 0);
   c.steps = 0;
@@ -441,7 +616,7 @@ void mode_accuracy(const Options& o, const Workload& w, size_t layers, parallel:
           << " groups x --micro-size " << o.micro_size;
       micro = o.batch_size / n / o.micro_size;
     }
-    const Result r = run(o, w, pipeline_of(o, n, k, micro, true, layers), c, mpi);
+    const Result r = run(o, w, pipeline_of(o, w, n, k, micro, true, o.delay, mpi), c, mpi);
     if (root) {
       const std::string shape = std::to_string(n) + "x" + std::to_string(k);
       if (r.seconds_to_target >= 0) {
@@ -465,23 +640,34 @@ int bench_main(int argc, char** argv) {
   Options o;
   CLI::App app("GroPipe benchmark: grouped pipelines through the Trainer");
   app.option_defaults()->always_capture_default();
-  app.add_option("--mode", o.mode, "overlap, sweep or accuracy")
-      ->check(CLI::IsMember({"overlap", "sweep", "accuracy"}));
+  app.add_option("--mode", o.mode, "overlap, delay, sweep or accuracy")
+      ->check(CLI::IsMember({"overlap", "delay", "sweep", "accuracy"}));
+  app.add_option("--system", o.system,
+                 "gropipe (the paper's configuration: " +
+                     parallel::preset_flags(parallel::gropipe_preset()) +
+                     ") or custom (1f1b, --dp-bucket-mb buckets, the even split)")
+      ->check(CLI::IsMember({"gropipe", "custom"}));
   app.add_option("--model", o.model, "mlp-wide, or an image model: " + models::model_names());
   app.add_option("--size", o.size, "Size of a registry model");
+  app.add_option("--image-size", o.image_size, "Side of the synthetic images (throughput modes)");
   app.add_option("--width", o.width, "mlp-wide: hidden units");
   app.add_option("--depth", o.depth, "mlp-wide: linear layers");
-  app.add_option("--groups", o.groups, "overlap mode: groups N");
-  app.add_option("--stages", o.stages, "overlap mode: stages k");
+  app.add_option("--groups", o.groups, "overlap and delay modes: groups N");
+  app.add_option("--stages", o.stages, "overlap and delay modes: stages k");
   app.add_option("--ranks", o.ranks, "sweep mode: N x k (local threads; MPI: the world size)");
-  app.add_option("--micro-batches", o.micro_batches, "Micro-batches M (overlap, accuracy)");
+  app.add_option("--micro-batches", o.micro_batches, "Micro-batches M (overlap, delay, accuracy)");
   app.add_option("--micro-list", o.micro_list, "sweep mode: the values of M");
   app.add_option("--batch-size", o.batch_size, "Global batch");
   app.add_option("--steps", o.steps, "Steps per run (throughput)");
   app.add_option("--warmup", o.warmup, "Steps not timed");
   app.add_option("--repeats", o.repeats, "Runs per configuration (medians reported)");
-  app.add_option("--dp-bucket-mb", o.bucket_mb, "Gradient bucket MiB (0 = one per stage)");
-  app.add_option("--dp-delay", o.delay, "Gradient delay D");
+  app.add_option("--dp-bucket-mb", o.bucket_mb,
+                 "--system custom: gradient bucket MiB (0 = one per stage)");
+  app.add_option("--dp-delay", o.delay, "Gradient delay D (overrides the preset's 0)");
+  app.add_option("--delays", o.delays, "delay mode: the values of D compared");
+  app.add_option("--buffer-channels", o.buffer_channels,
+                 "delay mode: own (batch-norm statistics all-reduced on a channel of their own), "
+                 "shared (queued behind the gradient buckets, as before), or own,shared");
   app.add_option("--target", o.target, "accuracy mode: test accuracy to reach");
   app.add_option("--max-epochs", o.max_epochs, "accuracy mode: epochs at most");
   app.add_option(
@@ -495,6 +681,15 @@ int bench_main(int argc, char** argv) {
   app.add_option("--compute-ms-per-sample", o.compute_ms_per_sample,
                  "with --compute-ms: each layer's forward lasts this much longer per sample of "
                  "its micro-batch (a device's cost: a fixed part and a part per sample)");
+  app.add_option("--device-model", o.device_model,
+                 "Registry models: every layer lasts what the simulator's device model gives "
+                 "for its work on this GPU (t4, a100, h100, h200), times --time-scale "
+                 "(empty: real CPU compute only)");
+  app.add_option("--time-scale", o.time_scale, "with --device-model: the factor on its times");
+  app.add_option("--device-compute", o.device_compute,
+                 "with --device-model: on (the layers also run: real accuracy) or off (they "
+                 "return zeros: throughput and overlap only)")
+      ->check(CLI::IsMember({"on", "off"}));
   CLI11_PARSE(app, argc, argv);
   STRATA_CHECK(o.steps > o.warmup && o.warmup >= 0) << "--steps must exceed --warmup";
   STRATA_CHECK(o.repeats >= 1) << "--repeats must be at least 1";
@@ -502,6 +697,7 @@ int bench_main(int argc, char** argv) {
       << "--compute-ms applies to --model mlp-wide only (and must be >= 0)";
   STRATA_CHECK(o.compute_ms_per_sample >= 0 && (o.compute_ms_per_sample == 0 || o.compute_ms > 0))
       << "--compute-ms-per-sample needs --compute-ms (and must be >= 0)";
+  STRATA_CHECK(o.time_scale > 0) << "--time-scale must be > 0";
 
   std::unique_ptr<parallel::Communicator> mpi;
 #ifdef STRATA_WITH_MPI
@@ -510,7 +706,7 @@ int bench_main(int argc, char** argv) {
     session = std::make_unique<parallel::MpiSession>(&argc, &argv);
     mpi = session->world();
     o.ranks = mpi->size();
-    if (o.mode == "overlap") {
+    if (o.mode == "overlap" || o.mode == "delay") {
       STRATA_CHECK_EQ(o.groups * o.stages, mpi->size()) << "--groups x --stages must be the world";
     }
   }
@@ -521,11 +717,22 @@ int bench_main(int argc, char** argv) {
   if (root) {
     std::printf("gropipe_bench: %s on %s, %zu layers, %s\n", w.spec.name().c_str(),
                 w.train->name().c_str(), layers, mpi ? "MPI ranks" : "local threads");
+    if (o.system == "gropipe") {
+      std::printf(
+          "system gropipe: %s%s; AMPA on layer costs from %s\n",
+          parallel::preset_flags(parallel::gropipe_preset()).c_str(),
+          o.delay != 0 ? ("; overridden: --dp-delay " + std::to_string(o.delay)).c_str() : "",
+          w.costs_source.c_str());
+    } else {
+      std::printf("system custom: 1f1b, buckets of %s MiB, the even split\n",
+                  std::to_string(o.bucket_mb).c_str());
+    }
     std::fflush(stdout);
   }
-  if (o.mode == "overlap") mode_overlap(o, w, layers, mpi.get(), root);
-  if (o.mode == "sweep") mode_sweep(o, w, layers, mpi.get(), root);
-  if (o.mode == "accuracy") mode_accuracy(o, w, layers, mpi.get(), root);
+  if (o.mode == "overlap") mode_overlap(o, w, mpi.get(), root);
+  if (o.mode == "delay") mode_delay(o, w, mpi.get(), root);
+  if (o.mode == "sweep") mode_sweep(o, w, mpi.get(), root);
+  if (o.mode == "accuracy") mode_accuracy(o, w, mpi.get(), root);
   return 0;
 }
 
