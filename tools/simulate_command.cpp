@@ -359,7 +359,8 @@ int run_single(const SimulateOptions& o, Setup& s) {
   c.micro_batches = o.micro_batches;
   c.micro_batch_rows = static_cast<double>(batch) / groups / o.micro_batches;
   c.schedule = parallel::parse_schedule(o.schedule);
-  c.policy.assign(s.costs.layers.size(), sim::parse_memory_policy(o.memory_policy));
+  c.policy.assign(s.costs.layers.size(),
+                  sim::parse_memory_policy(o.memory_policy, "--memory-policy"));
   if (o.partition == "auto") {
     c.partition = sim::choose_partition(s.costs, o.stages, c.micro_batch_rows, o.partitioner,
                                         c.schedule, o.micro_batches, s.ctx.cluster.intra.bandwidth);
@@ -423,7 +424,7 @@ int run_search(const SimulateOptions& o, Setup& s) {
   }
   space.policies.clear();
   for (const std::string& p : split_list(o.search_policies)) {
-    space.policies.push_back(sim::parse_memory_policy(p));
+    space.policies.push_back(sim::parse_memory_policy(p, "--search-policies"));
   }
   space.partitioners = split_list(o.search_partitioners);
   for (const std::string& p : space.partitioners) {

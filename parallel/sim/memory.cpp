@@ -8,25 +8,6 @@
 
 namespace strata::parallel::sim {
 
-MemoryPolicy parse_memory_policy(const std::string& name) {
-  if (name == "keep") return MemoryPolicy::kKeep;
-  if (name == "swap") return MemoryPolicy::kSwap;
-  if (name == "recompute") return MemoryPolicy::kRecompute;
-  STRATA_THROW() << "unknown --memory-policy '" << name << "' (valid: keep, swap, recompute)";
-}
-
-const char* memory_policy_name(MemoryPolicy policy) {
-  switch (policy) {
-    case MemoryPolicy::kKeep:
-      return "keep";
-    case MemoryPolicy::kSwap:
-      return "swap";
-    case MemoryPolicy::kRecompute:
-      return "recompute";
-  }
-  return "?";
-}
-
 double stage_param_bytes(const std::vector<LayerModel>& layers, LayerRange range) {
   double bytes = 0.0;
   for (size_t l = range.begin; l < range.end; ++l) {

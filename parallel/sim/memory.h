@@ -35,14 +35,15 @@
 #include <vector>
 
 #include "parallel/partition/partition.h"
+#include "parallel/runtime/memory_plan.h"
 #include "parallel/sim/cost_model.h"
 
 namespace strata::parallel::sim {
 
-enum class MemoryPolicy { kKeep, kSwap, kRecompute };
-// keep|swap|recompute; throws naming --memory-policy and the valid ones.
-MemoryPolicy parse_memory_policy(const std::string& name);
-const char* memory_policy_name(MemoryPolicy policy);
+// The runtime's per-layer policies (parallel/runtime/memory_plan.h), simulated.
+using parallel::memory_policy_name;
+using parallel::MemoryPolicy;
+using parallel::parse_memory_policy;
 
 struct StageStatic {
   double params = 0.0;

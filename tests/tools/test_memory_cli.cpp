@@ -7,74 +7,30 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "io/mnist.h"
 #include "testing/cli.h"
+#include "testing/train_run.h"
 
 namespace {
 
 using strata::testing::contains;
 using strata::testing::run_cli;
 
-struct TrainRun {
-  int status = -1;
-  std::string output;
-  std::vector<std::string> losses;  // the train records' losses, as written
-  std::vector<nlohmann::json> stages, plans;
-  std::string weights;  // the --save-weights file's bytes
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// `strata train ARGS` (under `launcher`, e.g. mpirun, when given) with metrics and final weights.
-TrainRun train(const std::string& dir, const std::string& name, const std::string& args,
-               const std::string& launcher = "") {
-  const std::string metrics = dir + "/" + name + ".jsonl", weights = dir + "/" + name + ".st";
-  std::filesystem::remove(metrics);
-  std::filesystem::remove(weights);
-  const std::string command = "train " + args + " --metrics " + metrics + " --save-weights " +
-                              weights + " --log-every 1 --progress off";
-  TrainRun r;
-  if (launcher.empty()) {
-    const strata::testing::CliResult c = run_cli(command);
-    r.status = c.status;
-    r.output = c.output;
-  } else {
-    const std::string cmd = launcher + " " + STRATA_CLI_PATH + " " + command + " 2>&1";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    char buf[4096];
-    size_t n;
-    while (pipe != nullptr && (n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-    const int raw = pipe != nullptr ? pclose(pipe) : -1;
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  }
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j["type"] == "train") r.losses.push_back(j["loss"].dump());
-    if (j["type"] == "stage") r.stages.push_back(j);
-    if (j["type"] == "memory_plan") r.plans.push_back(j);
-  }
-  r.weights = slurp(weights);
-  return r;
-}
+using strata::testing::train_run;
+using strata::testing::TrainRun;
 
 double max_peak(const TrainRun& r) {
   double peak = 0;
-  for (const auto& s : r.stages) peak = std::max(peak, s["peak_bytes"].get<double>());
+  for (const auto& s : r.of("stage")) peak = std::max(peak, s["peak_bytes"].get<double>());
   return peak;
 }
 
 bool planned_something(const TrainRun& r) {
-  for (const auto& s : r.stages) {
+  for (const auto& s : r.of("stage")) {
     if (s["swapped_bytes"].get<double>() > 0 || s["recompute_s"].get<double>() > 0) return true;
   }
   return false;
@@ -98,12 +54,12 @@ void expect_policies_equal(const std::string& name, const std::string& model,
     SCOPED_TRACE(schedule);
     const std::string args = model + " " + layout + " --schedule " + schedule +
                              " --steps 2 --batch-size 16 --micro-batches 4 --seed 3";
-    const TrainRun keep = train(dir, "keep", args + " --memory-policy keep", launcher);
+    const TrainRun keep = train_run(dir, "keep", args + " --memory-policy keep", launcher);
     ASSERT_EQ(keep.status, 0) << keep.output;
     ASSERT_EQ(keep.losses.size(), 2u) << keep.output;
     ASSERT_FALSE(keep.weights.empty());
     for (const char* policy : {"swap", "recompute"}) {
-      const TrainRun other = train(dir, policy, args + " --memory-policy " + policy, launcher);
+      const TrainRun other = train_run(dir, policy, args + " --memory-policy " + policy, launcher);
       ASSERT_EQ(other.status, 0) << policy << "\n" << other.output;
       EXPECT_TRUE(planned_something(other)) << policy << "\n" << other.output;
       EXPECT_EQ(other.losses, keep.losses) << policy;
@@ -117,22 +73,22 @@ void expect_policies_equal(const std::string& name, const std::string& model,
     // out of memory.
     if (schedule != "gpipe") continue;
     const TrainRun probe =
-        train(dir, "probe", args + " --memory-policy auto --mem-limit 1GiB --eval-batch-size 4",
-              launcher);
+        train_run(dir, "probe", args + " --memory-policy auto --mem-limit 1GiB --eval-batch-size 4",
+                  launcher);
     ASSERT_EQ(probe.status, 0) << probe.output;
     EXPECT_FALSE(planned_something(probe)) << probe.output;
     EXPECT_EQ(probe.losses, keep.losses) << "auto under 1GiB";
     double kept = 0;
-    for (const auto& p : probe.plans)
+    for (const auto& p : probe.of("memory_plan"))
       kept = std::max(kept, p["predicted_peak_bytes"].get<double>());
     ASSERT_GT(kept, 0.0) << probe.output;
     bool planned = false;
     for (double fraction : {0.9, 0.8, 0.7, 0.6}) {
       const long long limit = static_cast<long long>(fraction * kept);
-      const TrainRun a = train(dir, "auto",
-                               args + " --memory-policy auto --mem-limit " + std::to_string(limit) +
-                                   " --eval-batch-size 4",
-                               launcher);
+      const TrainRun a = train_run(dir, "auto",
+                                   args + " --memory-policy auto --mem-limit " +
+                                       std::to_string(limit) + " --eval-batch-size 4",
+                                   launcher);
       if (a.status != 0 && contains(a.output, "is too small for stage")) break;
       ASSERT_EQ(a.status, 0) << "auto under " << limit << " B\n" << a.output;
       EXPECT_EQ(a.losses, keep.losses) << "auto under " << limit << " B";
@@ -196,27 +152,27 @@ TEST(MemoryCli, AutoTrainsUnderALimitWhereKeepRunsOutOfMemory) {
                            " --stages 4 --local --schedule gpipe --steps 2 "
                            "--batch-size 32 --micro-batches 8 --partition uniform --seed 3 "
                            "--eval-batch-size 4";
-  const TrainRun unlimited = train(dir, "unlimited", args);
+  const TrainRun unlimited = train_run(dir, "unlimited", args);
   ASSERT_EQ(unlimited.status, 0) << unlimited.output;
   const long long limit = static_cast<long long>(0.6 * max_peak(unlimited));
   const std::string limited = args + " --mem-limit " + std::to_string(limit);
-  const TrainRun keep = train(dir, "keep", limited + " --memory-policy keep");
+  const TrainRun keep = train_run(dir, "keep", limited + " --memory-policy keep");
   EXPECT_NE(keep.status, 0) << keep.output;
   EXPECT_TRUE(contains(keep.output, "out of memory on cpu")) << keep.output;
-  const TrainRun a = train(dir, "auto", limited + " --memory-policy auto");
+  const TrainRun a = train_run(dir, "auto", limited + " --memory-policy auto");
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_EQ(a.losses, unlimited.losses);
   EXPECT_TRUE(a.weights == unlimited.weights);
-  ASSERT_EQ(a.plans.size(), 4u) << a.output;
-  ASSERT_EQ(a.stages.size(), 4u) << a.output;
-  for (const auto& s : a.stages) {
+  ASSERT_EQ(a.of("memory_plan").size(), 4u) << a.output;
+  ASSERT_EQ(a.of("stage").size(), 4u) << a.output;
+  for (const auto& s : a.of("stage")) {
     const int stage = s["stage"].get<int>();
     const double measured = s["peak_bytes"].get<double>();
-    const double predicted = a.plans[stage]["predicted_peak_bytes"].get<double>();
+    const double predicted = a.of("memory_plan")[stage]["predicted_peak_bytes"].get<double>();
     EXPECT_LE(measured, static_cast<double>(limit)) << "stage " << stage;
     EXPECT_NEAR(predicted / measured, 1.0, 0.15)
         << "stage " << stage << ": predicted " << predicted << " B, measured " << measured
-        << " B; plan " << a.plans[stage]["plan"];
+        << " B; plan " << a.of("memory_plan")[stage]["plan"];
   }
 }
 

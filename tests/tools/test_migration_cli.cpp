@@ -8,57 +8,20 @@
 #include <cmath>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "testing/cli.h"
+#include "testing/train_run.h"
 
 namespace {
 
 using strata::testing::contains;
 using strata::testing::run_cli;
 
-struct TrainRun {
-  int status = -1;
-  std::string output;
-  std::vector<std::string> losses;
-  std::vector<nlohmann::json> migrations;
-  std::string weights;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-TrainRun train(const std::string& dir, const std::string& name, const std::string& args,
-               const std::string& launcher = "") {
-  const std::string metrics = dir + "/" + name + ".jsonl", weights = dir + "/" + name + ".st";
-  std::filesystem::remove(metrics);
-  std::filesystem::remove(weights);
-  const std::string command = "train " + args + " --metrics " + metrics + " --save-weights " +
-                              weights + " --log-every 1 --progress off";
-  TrainRun r;
-  const std::string cmd =
-      (launcher.empty() ? "" : launcher + " ") + STRATA_CLI_PATH + " " + command + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while (pipe != nullptr && (n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int raw = pipe != nullptr ? pclose(pipe) : -1;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j["type"] == "train") r.losses.push_back(j["loss"].dump());
-    if (j["type"] == "migration") r.migrations.push_back(j);
-  }
-  r.weights = slurp(weights);
-  return r;
-}
+using strata::testing::train_run;
+using strata::testing::TrainRun;
 
 // GPT-2 tiny (4 layers: embed, blocks.0, blocks.1, head) with dropout, on Brown-sized tokens of
 // a small vocabulary.
@@ -72,13 +35,13 @@ void expect_moves_change_nothing(const std::string& name, const std::string& lay
   for (const char* schedule : {"gpipe", "1f1b"}) {
     SCOPED_TRACE(std::string(schedule));
     const std::string args = std::string(kGpt2) + " " + layout + " --schedule " + schedule;
-    const TrainRun still = train(dir, "still", args, launcher);
+    const TrainRun still = train_run(dir, "still", args, launcher);
     ASSERT_EQ(still.status, 0) << still.output;
     ASSERT_EQ(still.losses.size(), 6u);
-    const TrainRun moved = train(dir, "moved", args + " " + moves, launcher);
+    const TrainRun moved = train_run(dir, "moved", args + " " + moves, launcher);
     ASSERT_EQ(moved.status, 0) << moved.output;
-    EXPECT_FALSE(moved.migrations.empty()) << moved.output;
-    for (const auto& m : moved.migrations) EXPECT_GT(m["bytes"].get<double>(), 0.0) << m;
+    EXPECT_FALSE(moved.of("migration").empty()) << moved.output;
+    for (const auto& m : moved.of("migration")) EXPECT_GT(m["bytes"].get<double>(), 0.0) << m;
     EXPECT_EQ(moved.losses, still.losses);
     EXPECT_TRUE(moved.weights == still.weights) << "the final weights differ";
   }
@@ -114,12 +77,12 @@ TEST(MigrationCli, CnnOverFourLocalStages) {
                                  "--batch-size 16 --micro-batches 4 --stages 4 --local "
                                  "--partition uniform --seed 2 --schedule ") +
                              schedule;
-    const TrainRun still = train(dir, "still", args);
+    const TrainRun still = train_run(dir, "still", args);
     ASSERT_EQ(still.status, 0) << still.output;
-    const TrainRun moved = train(
+    const TrainRun moved = train_run(
         dir, "moved", args + " --migrate-at 2:" + kCnnMoved1 + " --migrate-at 4:" + kCnnMoved2);
     ASSERT_EQ(moved.status, 0) << moved.output;
-    EXPECT_EQ(moved.migrations.size(), 2u) << moved.output;
+    EXPECT_EQ(moved.of("migration").size(), 2u) << moved.output;
     EXPECT_EQ(moved.losses, still.losses);
     EXPECT_TRUE(moved.weights == still.weights) << "the final weights differ";
   }
@@ -151,11 +114,11 @@ TEST(MigrationCli, AsyncRestartMovesTheLayersAndTrainsOn) {
   const std::string args = std::string(kGpt2) +
                            " --stages 2 --local --partition 0-1,2-3 --schedule async-1f1b "
                            "--migration restart";
-  const TrainRun plain = train(dir, "plain", args);
+  const TrainRun plain = train_run(dir, "plain", args);
   ASSERT_EQ(plain.status, 0) << plain.output;
-  const TrainRun in_place = train(dir, "in_place", args + " --migrate-at 3:0-1,2-3");
+  const TrainRun in_place = train_run(dir, "in_place", args + " --migrate-at 3:0-1,2-3");
   ASSERT_EQ(in_place.status, 0) << in_place.output;
-  const TrainRun moved = train(dir, "moved", args + " --migrate-at 3:0-2,3");
+  const TrainRun moved = train_run(dir, "moved", args + " --migrate-at 3:0-2,3");
   ASSERT_EQ(moved.status, 0) << moved.output;
   EXPECT_TRUE(contains(moved.output, "blocks.1 1->0")) << moved.output;
   ASSERT_EQ(moved.losses.size(), plain.losses.size());
@@ -175,24 +138,24 @@ TEST(MigrationCli, CheckpointAfterAMoveResumesExactly) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_ckpt");
   const std::string args =
       std::string(kGpt2) + " --stages 2 --local --partition 0-1,2-3 --migrate-at 2:0-2,3";
-  const TrainRun whole = train(dir, "whole", args);
+  const TrainRun whole = train_run(dir, "whole", args);
   ASSERT_EQ(whole.status, 0) << whole.output;
   const std::string ckpt = dir + "/ckpt";
   // Stop after step 4 (a checkpoint there), then resume to the end.
   const TrainRun first =
-      train(dir, "first", args + " --checkpoint-dir " + ckpt + " --save-every 4");
+      train_run(dir, "first", args + " --checkpoint-dir " + ckpt + " --save-every 4");
   ASSERT_EQ(first.status, 0) << first.output;
-  const TrainRun resumed = train(
+  const TrainRun resumed = train_run(
       dir, "resumed", args + " --checkpoint-dir " + ckpt + " --resume " + ckpt + "/step-000004");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "resumed")) << resumed.output;
   EXPECT_TRUE(resumed.weights == whole.weights);
   // The same checkpoint also loads into another layout (a fresh uniform one).
-  const TrainRun other = train(dir, "other",
-                               std::string(kGpt2) +
-                                   " --stages 2 --local --partition 0,1-3 "
-                                   "--checkpoint-dir " +
-                                   ckpt + " --resume " + ckpt + "/step-000004");
+  const TrainRun other = train_run(dir, "other",
+                                   std::string(kGpt2) +
+                                       " --stages 2 --local --partition 0,1-3 "
+                                       "--checkpoint-dir " +
+                                       ckpt + " --resume " + ckpt + "/step-000004");
   ASSERT_EQ(other.status, 0) << other.output;
   EXPECT_TRUE(other.weights == whole.weights);
 }

@@ -207,8 +207,8 @@ TEST(SimulateCli, BadInputNamesTheProblem) {
       << r.output;
   r = run_cli("simulate --model gpt2 --size tiny --memory-policy offload");
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(
-      contains(r.output, "unknown --memory-policy 'offload' (valid: keep, swap, recompute)"))
+  EXPECT_TRUE(contains(
+      r.output, "--memory-policy: unknown memory policy 'offload' (valid: keep, swap, recompute)"))
       << r.output;
   // Activations past the device: the report, then the error with the numbers.
   r = run_cli(
