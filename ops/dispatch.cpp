@@ -321,6 +321,8 @@ const auto kCrossEntropyBackward = row("cross_entropy_backward", cpu::cross_entr
 const auto kTopkCorrect = row("topk_correct", cpu::topk_correct, STRATA_CUDA_KERNEL(topk_correct));
 const auto kSgdStep = row("sgd_step", cpu::sgd_step, STRATA_CUDA_KERNEL(sgd_step));
 const auto kAdamWStep = row("adamw_step", cpu::adamw_step, STRATA_CUDA_KERNEL(adamw_step));
+const auto kAdamWVrStep =
+    row("adamw_vr_step", cpu::adamw_vr_step, STRATA_CUDA_KERNEL(adamw_vr_step));
 const auto kSumOfSquares =
     row("sum_of_squares", cpu::sum_of_squares, STRATA_CUDA_KERNEL(sum_of_squares));
 const auto kCastCopy =
@@ -383,6 +385,7 @@ const RowCoverage kCoverage[] = {
     coverage(kTopkCorrect),
     coverage(kSgdStep),
     coverage(kAdamWStep),
+    coverage(kAdamWVrStep),
     coverage(kSumOfSquares),
     coverage(kCastCopy),
     coverage(kMoveAdd),
@@ -564,6 +567,11 @@ void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const T
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWOptions& options, int64_t step) {
   call(kAdamWStep, ctx, param, grad, m, v, options, step);
+}
+void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options,
+                   int64_t step) {
+  call(kAdamWVrStep, ctx, param, grad, m, v, m2, options, step);
 }
 double sum_of_squares(ExecContext& ctx, const Tensor& t) { return call(kSumOfSquares, ctx, t); }
 
