@@ -491,11 +491,18 @@ TrainSummary Trainer::run() {
   comms.dp = local_updates ? nullptr : dp_.get();
   comms.tied = tied_.get();
   links_.attach(&comms);
+  // Local updates: the steps after which every rank meets (metrics, evaluation, requests from
+  // outside); the others run without waiting for the other pipelines.
+  const auto meets_after = [&](int64_t step) {
+    return (step + 1) % config_.log_every == 0 || (step + 1) % per_epoch == 0 ||
+           step + 1 == total ||
+           (test_ != nullptr && config_.eval_every > 0 && (step + 1) % config_.eval_every == 0);
+  };
   std::unique_ptr<UpdateSync> replica_sync;
   if (local_updates) {
     replica_sync = pipeline_.update_sync(
         {&ctx_, store_.get(), world_, dp_.get(), stage_, group_, S, G, total - start_step_,
-         config_.seed});
+         config_.seed, [&, first = start_step_](int64_t u) { return meets_after(first + u); }});
   }
   Injector injector(pipeline_.inject, rank_, world_ != nullptr ? world_->size() : 1,
                     config_.seed);
@@ -719,9 +726,10 @@ TrainSummary Trainer::run() {
       observer_->on_rank_step({step + 1, rank_, group_, stage_, stats.busy_seconds, dt});
     }
 
-    // Requests from outside (signals), agreed on by every rank.
+    // Requests from outside (signals), agreed on by every rank (with local updates only where the
+    // ranks meet anyway: a stop or save waits for the next log point).
     bool stop = false, save_requested = false;
-    if (config_.control != nullptr) {
+    if (config_.control != nullptr && (!local_updates || meets_after(step))) {
       Tensor c = Tensor::from_vector<int64_t>(
           {config_.control->stop.load(), config_.control->save.load()}, {2});
       if (world_ != nullptr && world_->size() > 1) {

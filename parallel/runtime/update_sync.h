@@ -73,6 +73,10 @@ struct UpdateSyncContext {
   int stage = 0, group = 0, stages = 1, groups = 1;
   int64_t updates = 0;
   uint64_t seed = 0;
+  // Whether every rank meets (a collective over the world: the trainer's log points) after update
+  // u of this run; empty: never. A strategy must not make a replica wait, at update u, for a peer
+  // that is already at that meeting.
+  std::function<bool(int64_t)> barrier_after;
 };
 using UpdateSyncFactory = std::function<std::unique_ptr<UpdateSync>(const UpdateSyncContext&)>;
 

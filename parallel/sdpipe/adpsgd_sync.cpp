@@ -52,8 +52,7 @@ void AdpsgdSync::after_update(int64_t update) {
   }
   stats_.members += 2;
   const int a = std::min(replica_, partner), b = std::max(replica_, partner);
-  averager_->average(ctx_, {a, b}, static_cast<int64_t>(a) * replicas_ + b,
-                     replica_tensors(store_),
+  averager_->average(ctx_, {a, b}, static_cast<int64_t>(a) * replicas_ + b, replica_tensors(store_),
                      "AD-PSGD averaging of update " + std::to_string(update + 1) + " of stage " +
                          std::to_string(stage_));
   store_.load_working(ctx_);

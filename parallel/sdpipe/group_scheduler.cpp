@@ -24,6 +24,8 @@ const char* group_check_name(GroupCheck check) {
       return "skipped-token";
     case GroupCheck::kSkippedFinished:
       return "skipped-finished";
+    case GroupCheck::kSkippedPaused:
+      return "skipped-paused";
   }
   return "?";
 }
@@ -38,6 +40,7 @@ GroupScheduler::GroupScheduler(const SchedulerConfig& config) : config_(config) 
   stages_.resize(static_cast<size_t>(config.stages));
   for (Stage& s : stages_) {
     s.finished.assign(static_cast<size_t>(config.replicas), false);
+    s.paused.assign(static_cast<size_t>(config.replicas), -1);
     s.last_ready.assign(static_cast<size_t>(config.replicas), -1.0);
   }
 }
@@ -59,7 +62,9 @@ double GroupScheduler::window(int stage) const {
 
 int GroupScheduler::coming(int j) const {
   const Stage& s = stages_[j];
-  return static_cast<int>(std::count(s.finished.begin(), s.finished.end(), false));
+  int n = 0;
+  for (int r = 0; r < config_.replicas; ++r) n += !s.finished[r] && s.paused[r] < 0;
+  return n;
 }
 
 double GroupScheduler::next_deadline() const {
@@ -89,20 +94,17 @@ std::vector<GroupScheduler::Hold> GroupScheduler::take_holds() {
 }
 
 std::vector<Group> GroupScheduler::ready(int stage, int replica, int64_t iteration, bool last,
-                                         double now) {
-  STRATA_CHECK(stage >= 0 && stage < config_.stages && replica >= 0 &&
-               replica < config_.replicas)
+                                         double now, bool pause) {
+  STRATA_CHECK(stage >= 0 && stage < config_.stages && replica >= 0 && replica < config_.replicas)
       << "SDPipe scheduler: READY from stage " << stage << ", replica " << replica << " (there are "
       << config_.stages << " stages x " << config_.replicas << " replicas)";
   Stage& s = stages_[stage];
-  STRATA_CHECK(!s.finished[replica])
-      << "SDPipe scheduler: stage " << stage << ", replica " << replica
-      << " is READY after its last update";
+  STRATA_CHECK(!s.finished[replica]) << "SDPipe scheduler: stage " << stage << ", replica "
+                                     << replica << " is READY after its last update";
   for (const Arrival& a : s.candidate) {
     STRATA_CHECK(a.replica != replica)
-        << "SDPipe scheduler: stage " << stage << ", replica " << replica
-        << " is READY (iteration " << iteration << ") before its previous group (iteration "
-        << a.iteration << ") was decided";
+        << "SDPipe scheduler: stage " << stage << ", replica " << replica << " is READY (iteration "
+        << iteration << ") before its previous group (iteration " << a.iteration << ") was decided";
   }
   std::vector<Group> out = close_due(now, false);
   if (s.last_ready[replica] >= 0) {
@@ -111,12 +113,17 @@ std::vector<Group> GroupScheduler::ready(int stage, int replica, int64_t iterati
     s.iteration = s.iteration > 0 ? (1.0 - w) * s.iteration + w * sample : sample;
   }
   s.last_ready[replica] = now;
+  for (Stage& other : stages_) {  // a READY after a barrier: everyone has passed it
+    for (int64_t& p : other.paused) {
+      if (p >= 0 && p < iteration) p = -1;
+    }
+  }
   if (s.candidate.empty()) {
     s.opened = now;
     s.round_window = window(stage);
     s.deadline = now + s.round_window;
   }
-  s.candidate.push_back({replica, iteration, last});
+  s.candidate.push_back({replica, iteration, last, pause});
   decide(stage, now, false, &out);  // complete, or held back; the deadline is poll()'s
   return out;
 }
@@ -136,12 +143,20 @@ void GroupScheduler::decide(int j, double now, bool due, std::vector<Group>* out
   if (connects_all(config_.replicas, window)) {
     return emit(j, s.waiting ? GroupCheck::kEnforced : GroupCheck::kValid, now, out);
   }
-  // Invalid. Can it still grow? Only with replicas that will send another READY.
-  bool can_grow = false;
+  // Invalid. Can it still grow? Only with replicas that will send another READY before this
+  // candidate's members can go on.
+  bool can_grow = false, paused = false;
   for (int r = 0; r < config_.replicas && !can_grow; ++r) {
-    can_grow = !s.finished[r] && std::find(members.begin(), members.end(), r) == members.end();
+    if (s.finished[r] || std::find(members.begin(), members.end(), r) != members.end()) continue;
+    if (s.paused[r] >= 0) {
+      paused = true;
+      continue;
+    }
+    can_grow = true;
   }
-  if (!can_grow) return emit(j, GroupCheck::kSkippedFinished, now, out);
+  if (!can_grow) {
+    return emit(j, paused ? GroupCheck::kSkippedPaused : GroupCheck::kSkippedFinished, now, out);
+  }
   if (s.waiting) return;  // still waiting for the replicas that connect it
   if (config_.token && token_ >= 0 && token_ != j) {
     ++skipped_;
@@ -166,6 +181,7 @@ void GroupScheduler::emit(int j, GroupCheck check, double now, std::vector<Group
     g.iterations.push_back(a.iteration);
     g.last.push_back(a.last);
     if (a.last) s.finished[a.replica] = true;
+    if (a.pause) s.paused[a.replica] = a.iteration;
   }
   g.check = check;
   g.opened = s.opened;
@@ -207,11 +223,11 @@ std::vector<std::string> replay_sync_trace(const std::vector<TraceEvent>& events
     if (mismatches.size() >= 20) break;
     if (e.event == "ready") {
       try {
-        keep(scheduler.ready(e.stage, e.replica, e.iteration, e.last, e.t));
+        keep(scheduler.ready(e.stage, e.replica, e.iteration, e.last, e.t, e.pause));
       } catch (const Error& x) {  // the replay's decisions went apart from the run's
         mismatches.push_back("READY of stage " + std::to_string(e.stage) + ", replica " +
-                             std::to_string(e.replica) + " at t = " + std::to_string(e.t) +
-                             ": " + x.message());
+                             std::to_string(e.replica) + " at t = " + std::to_string(e.t) + ": " +
+                             x.message());
         break;
       }
       continue;

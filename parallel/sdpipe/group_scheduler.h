@@ -27,7 +27,11 @@
 //   debt is made up as soon as the token is free. With the token off, every stage may wait at
 //   once, which can deadlock through the pipelines (the test of Fig. 3 shows it);
 // - a candidate that cannot connect because a replica it needs has sent its last READY is
-//   accepted ("skipped-finished"): the end of a run.
+//   accepted ("skipped-finished"): the end of a run. Likewise ("skipped-paused") when that replica
+//   was grouped with a READY that said "pause": it then waits at a barrier of every rank (the
+//   trainer agrees on metrics at log points) and sends nothing more until every replica of every
+//   stage is there, so waiting for it would deadlock. It counts again once any READY of a later
+//   iteration arrives (every rank is then past the barrier).
 #pragma once
 
 #include <cstdint>
@@ -53,13 +57,21 @@ struct SchedulerConfig {
   double widen = 1.5, narrow = 0.9, max_factor = 8.0;
 };
 
-enum class GroupCheck { kOff, kWarmup, kValid, kEnforced, kSkippedToken, kSkippedFinished };
+enum class GroupCheck {
+  kOff,
+  kWarmup,
+  kValid,
+  kEnforced,
+  kSkippedToken,
+  kSkippedFinished,
+  kSkippedPaused
+};
 const char* group_check_name(GroupCheck check);  // "off", "warmup", "valid", ...
 
 struct Group {
   int stage = 0;
-  int64_t clock = 0;         // 1, 2, ... per stage
-  std::vector<int> members;  // ascending
+  int64_t clock = 0;                // 1, 2, ... per stage
+  std::vector<int> members;         // ascending
   std::vector<int64_t> iterations;  // each member's iteration, in member order
   std::vector<bool> last;           // each member's READY was its last
   GroupCheck check = GroupCheck::kOff;
@@ -76,10 +88,12 @@ class GroupScheduler {
   const SchedulerConfig& config() const { return config_; }
 
   // Replica `replica` of `stage` finished update `iteration` at `now` (`last`: it will send no
-  // more). First closes the rounds whose deadline is before `now` (an arrival at the deadline
-  // still joins), then adds the arrival and decides what it completes. Returns the groups
-  // decided, in order. Times never decrease.
-  std::vector<Group> ready(int stage, int replica, int64_t iteration, bool last, double now);
+  // more; `pause`: it will send no more until every replica is past a barrier, see above). First
+  // closes the rounds whose deadline is before `now` (an arrival at the deadline still joins),
+  // then adds the arrival and decides what it completes. Returns the groups decided, in order.
+  // Times never decrease.
+  std::vector<Group> ready(int stage, int replica, int64_t iteration, bool last, double now,
+                           bool pause = false);
   // Closes the rounds whose deadline is at or before `now`.
   std::vector<Group> poll(double now);
   // The candidates found invalid and held back since the last call (wait-on-invalid), for the
@@ -106,6 +120,7 @@ class GroupScheduler {
     int replica;
     int64_t iteration;
     bool last;
+    bool pause;
   };
   struct Stage {
     std::vector<Arrival> candidate;
@@ -114,14 +129,17 @@ class GroupScheduler {
     int64_t clock = 0;
     std::deque<std::vector<int>> history;  // the last P - 1 groups
     std::vector<bool> finished;            // replicas whose last READY was grouped
-    std::vector<double> last_ready;        // per replica; < 0: none yet
-    double iteration = 0.0;                // t_iter; 0: not measured
+    // Per replica: the iteration of its pausing READY once grouped (-1: not paused). A READY of a
+    // later iteration from any replica of any stage means every rank is past that barrier.
+    std::vector<int64_t> paused;
+    std::vector<double> last_ready;  // per replica; < 0: none yet
+    double iteration = 0.0;          // t_iter; 0: not measured
     double factor = 1.0;
   };
   // Decides stage j's candidate if its round is due; appends what it emits.
   void decide(int j, double now, bool due, std::vector<Group>* out);
   void emit(int j, GroupCheck check, double now, std::vector<Group>* out);
-  int coming(int j) const;  // replicas of stage j not finished
+  int coming(int j) const;  // replicas of stage j neither finished nor paused
 
   std::vector<Group> close_due(double now, bool at_deadline);
 

@@ -24,8 +24,8 @@ struct Event {
 
 struct Worker {
   Phase phase = Phase::kWaitForward;
-  int64_t k = 0;                                     // current iteration
-  int64_t forward_done = -1, backward_done = -1;    // last iteration done
+  int64_t k = 0;                                  // current iteration
+  int64_t forward_done = -1, backward_done = -1;  // last iteration done
 };
 
 }  // namespace
@@ -41,9 +41,7 @@ MeshSimResult simulate_mesh(const MeshSimConfig& config) {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue;
   int64_t seq = 0;
   double now = 0.0, scheduled_deadline = -1.0;
-  auto push = [&](double t, EventKind kind, int j, int i) {
-    queue.push({t, seq++, kind, j, i});
-  };
+  auto push = [&](double t, EventKind kind, int j, int i) { queue.push({t, seq++, kind, j, i}); };
   auto extra = [&](int j, int i, int64_t k, bool backward) {
     const OpCode op = backward ? OpCode::kBackward : OpCode::kForward;
     double d = 0.0;
@@ -148,11 +146,10 @@ MeshSimResult simulate_mesh(const MeshSimConfig& config) {
       const Worker& w = at(j, i);
       if (w.phase == Phase::kDone) continue;
       result.deadlock = true;
-      std::string what = w.phase == Phase::kWaitGroup     ? "its group (READY sent)"
-                         : w.phase == Phase::kWaitForward ? "the forward of stage " +
-                                                                std::to_string(j - 1)
-                                                          : "the backward of stage " +
-                                                                std::to_string(j + 1);
+      std::string what = w.phase == Phase::kWaitGroup ? "its group (READY sent)"
+                         : w.phase == Phase::kWaitForward
+                             ? "the forward of stage " + std::to_string(j - 1)
+                             : "the backward of stage " + std::to_string(j + 1);
       result.blocked.push_back("worker (stage " + std::to_string(j) + ", pipeline " +
                                std::to_string(i) + ") at iteration " + std::to_string(w.k) +
                                " waits for " + what);

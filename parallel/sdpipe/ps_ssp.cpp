@@ -168,8 +168,7 @@ void PsSspSync::after_update(int64_t update) {
   m.payload = delta;
   client_->send(m);
   client_->receive(pulled_, "the weights of clock " + std::to_string(update + 1) + " of stage " +
-                                std::to_string(stage_) + ", pipeline " +
-                                std::to_string(replica_));
+                                std::to_string(stage_) + ", pipeline " + std::to_string(replica_));
   unpack(pulled_);
 }
 

@@ -46,8 +46,8 @@ class ParameterServer final : public ServiceHandler {
   void serve(ServiceHost& host, int stage);
 
   int stages_, replicas_, staleness_;
-  std::vector<Tensor> weights_;                // W_j (undefined until a replica sends INIT)
-  std::vector<std::vector<int64_t>> clocks_;   // [stage][replica]
+  std::vector<Tensor> weights_;               // W_j (undefined until a replica sends INIT)
+  std::vector<std::vector<int64_t>> clocks_;  // [stage][replica]
   struct Waiting {
     int replica;
     int64_t clock;
@@ -71,7 +71,7 @@ class PsSspSync final : public UpdateSync {
   ParameterServer* server() { return server_.get(); }  // rank 0 only
 
  private:
-  Tensor pack() const;             // parameters then buffers, f32 on the host
+  Tensor pack() const;  // parameters then buffers, f32 on the host
   void unpack(const Tensor& flat);
 
   ExecContext& ctx_;

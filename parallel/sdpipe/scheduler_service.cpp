@@ -24,8 +24,7 @@ SchedulerService::SchedulerService(const SchedulerConfig& config, int comm_cache
   }
 }
 
-void SchedulerService::on_request(ServiceHost& host, int rank, ServiceMessage request,
-                                  double now) {
+void SchedulerService::on_request(ServiceHost& host, int rank, ServiceMessage request, double now) {
   if (hang_after_ >= 0 && ++requests_ > hang_after_) {
     host.freeze();  // the test of a scheduler that hangs: nothing is answered from here on
     return;
@@ -42,8 +41,9 @@ void SchedulerService::on_request(ServiceHost& host, int rank, ServiceMessage re
       << host.name() << ": rank " << rank << " sent a request of kind " << r.kind();
   const int S = scheduler_.config().stages;
   STRATA_CHECK(rank == r.replica() * S + r.stage())
-      << host.name() << ": rank " << rank << " sent READY as stage " << r.stage()
-      << " of pipeline " << r.replica();
+      << host.name() << ": rank " << rank << " sent READY as stage " << r.stage() << " of pipeline "
+      << r.replica();
+  const bool pause = barrier_after_ && barrier_after_(r.iteration());
   if (trace_.is_open()) {
     TraceEvent e;
     e.event = "ready";
@@ -51,10 +51,11 @@ void SchedulerService::on_request(ServiceHost& host, int rank, ServiceMessage re
     e.replica = r.replica();
     e.iteration = r.iteration();
     e.last = r.last();
+    e.pause = pause;
     e.t = now;
     trace_ << trace_event_json(e) << "\n";
   }
-  send(host, scheduler_.ready(r.stage(), r.replica(), r.iteration(), r.last(), now));
+  send(host, scheduler_.ready(r.stage(), r.replica(), r.iteration(), r.last(), now, pause));
 }
 
 void SchedulerService::on_tick(ServiceHost& host, double now) {
@@ -80,10 +81,9 @@ void SchedulerService::send(ServiceHost& host, const std::vector<Group>& groups)
       auto it = cached.find(g.members);
       if (it == cached.end()) {
         if (static_cast<int>(cached.size()) >= comm_cache_) {
-          auto lru = std::min_element(cached.begin(), cached.end(), [](const auto& a,
-                                                                       const auto& b) {
-            return a.second.used < b.second.used;
-          });
+          auto lru = std::min_element(
+              cached.begin(), cached.end(),
+              [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
           for (int m : lru->first) releases_[g.stage][m].push_back(lru->second.id);
           cached.erase(lru);
         }

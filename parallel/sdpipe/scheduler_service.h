@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,6 +30,11 @@ class SchedulerService final : public ServiceHandler {
                    int64_t hang_after = -1);
   void on_request(ServiceHost& host, int rank, ServiceMessage request, double now) override;
   void on_tick(ServiceHost& host, double now) override;
+  // The updates after which every rank meets (UpdateSyncContext::barrier_after): their READYs
+  // pause (GroupScheduler::ready). Before start().
+  void set_barriers(std::function<bool(int64_t)> barrier_after) {
+    barrier_after_ = std::move(barrier_after);
+  }
 
   SyncStats stats() const;
   int done_ranks() const;  // ranks that sent DONE
@@ -37,14 +43,15 @@ class SchedulerService final : public ServiceHandler {
   void send(ServiceHost& host, const std::vector<Group>& groups);
 
   GroupScheduler scheduler_;
+  std::function<bool(int64_t)> barrier_after_;
   int comm_cache_;
   int64_t hang_after_, requests_ = 0;
   struct CommEntry {
     int64_t id;
     uint64_t used;
   };
-  std::vector<std::map<std::vector<int>, CommEntry>> comms_;     // per stage
-  std::vector<std::map<int, std::vector<int64_t>>> releases_;    // per stage: replica -> ids
+  std::vector<std::map<std::vector<int>, CommEntry>> comms_;   // per stage
+  std::vector<std::map<int, std::vector<int64_t>>> releases_;  // per stage: replica -> ids
   int64_t next_id_ = 0;
   uint64_t uses_ = 0;
   std::ofstream trace_;

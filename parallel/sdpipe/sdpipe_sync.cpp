@@ -51,6 +51,7 @@ SdpipeSync::SdpipeSync(const UpdateSyncContext& c, const SyncConfig& config)
     sc.token = config.token;
     service_ =
         std::make_unique<SchedulerService>(sc, config.comm_cache, config.trace, config.hang_after);
+    service_->set_barriers(c.barrier_after);  // every rank has the same
     host_ = std::make_unique<ServiceHost>(std::move(service_comm), name);
     host_->start(service_.get());
     client_ = std::make_unique<ServiceClient>(nullptr, host_.get(), name, timeout_);
@@ -66,8 +67,7 @@ SdpipeSync::~SdpipeSync() {
 }
 
 double SdpipeSync::now() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void SdpipeSync::ready(int64_t update) {

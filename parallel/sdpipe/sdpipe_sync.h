@@ -12,6 +12,9 @@
 // buffers (batch-norm running statistics); optimizer state stays local (see the variance-reduced
 // Adam, graph/optimizer.h, for what that does to Adam's second moment). A READY is sent when the
 // last backward starts, after --inject's straggler sleep, so a straggler is late to the window.
+// The scheduler knows which updates every rank meets after (UpdateSyncContext::barrier_after, the
+// same on every rank): it takes those READYs as pausing, and holds no group back waiting for a
+// replica that is already at the meeting.
 //
 // The scheduler (scheduler_service.h) runs on rank 0 in a thread of its own; rank 0's worker
 // talks to it in memory. At the end every rank says DONE; rank 0 stops the service once all have,

@@ -79,8 +79,8 @@ std::string describe_sync(const SyncConfig& config, int groups) {
     case SyncKind::kSdpipe:
       s << "sdpipe over " << groups << " groups: local update, then group averaging; window "
         << window_text(config) << ", history P "
-        << (config.history > 0 ? std::to_string(config.history) : std::string("off"))
-        << ", token " << (config.token ? "on" : "off") << ", query "
+        << (config.history > 0 ? std::to_string(config.history) : std::string("off")) << ", token "
+        << (config.token ? "on" : "off") << ", query "
         << (config.async_query ? "async" : "blocking");
       if (!config.trace.empty()) s << ", trace " << config.trace;
       break;

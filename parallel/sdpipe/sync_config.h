@@ -27,12 +27,12 @@ struct SyncConfig {
   // --sync-window SECONDS|auto|inf (sdpipe).
   WindowKind window_kind = WindowKind::kAuto;
   double window = 0.0;
-  int history = 10;          // --sync-history P (sdpipe; 0: no validation)
-  bool token = true;         // --sync-token on|off (sdpipe: the cross-stage enforcement token)
-  bool async_query = true;   // --sync-query async|blocking (sdpipe)
-  int staleness = 3;         // --ssp-staleness s (ps-ssp)
-  std::string trace;         // --sync-trace FILE: the (arrival, group) trace (sdpipe, rank 0)
-  int comm_cache = 64;       // sdpipe: group communicators cached per stage
+  int history = 10;         // --sync-history P (sdpipe; 0: no validation)
+  bool token = true;        // --sync-token on|off (sdpipe: the cross-stage enforcement token)
+  bool async_query = true;  // --sync-query async|blocking (sdpipe)
+  int staleness = 3;        // --ssp-staleness s (ps-ssp)
+  std::string trace;        // --sync-trace FILE: the (arrival, group) trace (sdpipe, rank 0)
+  int comm_cache = 64;      // sdpipe: group communicators cached per stage
   // Tests: the scheduler stops answering after this many requests (-1: never).
   int64_t hang_after = -1;
 };

@@ -43,7 +43,8 @@ template <typename Groups>
 bool connects(int n, const Groups& groups) {
   DisjointSets sets(n);
   for (const std::vector<int>& g : groups) {
-    for (size_t i = 1; i < g.size(); ++i) sets.unite(g[0], g[i]);  // a complete graph's spanning tree
+    for (size_t i = 1; i < g.size(); ++i)
+      sets.unite(g[0], g[i]);  // a complete graph's spanning tree
   }
   return sets.components() == 1;
 }
@@ -80,6 +81,7 @@ std::string trace_event_json(const TraceEvent& e) {
     j["replica"] = e.replica;
     j["iteration"] = e.iteration;
     j["last"] = e.last;
+    if (e.pause) j["pause"] = true;
   } else if (e.event == "hold") {
     j["members"] = e.members;
   } else {
@@ -109,6 +111,7 @@ TraceEvent parse_trace_event(const std::string& line) {
       e.replica = j.at("replica").get<int>();
       e.iteration = j.at("iteration").get<int64_t>();
       e.last = j.value("last", false);
+      e.pause = j.value("pause", false);
     } else if (e.event == "hold") {
       e.members = j.at("members").get<std::vector<int>>();
     } else if (e.event == "group") {
@@ -175,8 +178,8 @@ TraceCheck check_sync_trace(const std::vector<TraceEvent>& events, int replicas,
     }
     ++c.groups;
     members += static_cast<int64_t>(e.members.size());
-    const std::string where = "stage " + std::to_string(e.stage) + " group " +
-                              std::to_string(e.clock);
+    const std::string where =
+        "stage " + std::to_string(e.stage) + " group " + std::to_string(e.clock);
     for (int m : e.members) {
       if (waiting[e.stage].erase(m) == 0) {
         violation(where + ": replica " + std::to_string(m) + " was not ready");
@@ -185,7 +188,10 @@ TraceCheck check_sync_trace(const std::vector<TraceEvent>& events, int replicas,
     std::vector<std::vector<int>>& past = groups[e.stage];
     const bool validated = e.check == "valid" || e.check == "enforced";
     if (validated) ++c.validated;
-    if (e.check == "skipped-token" || e.check == "skipped-finished") ++c.skipped;
+    if (e.check == "skipped-token" || e.check == "skipped-finished" ||
+        e.check == "skipped-paused") {
+      ++c.skipped;
+    }
     if (validated && history > 0) {
       const size_t from = past.size() >= static_cast<size_t>(history - 1)
                               ? past.size() - static_cast<size_t>(history - 1)

@@ -44,11 +44,12 @@ std::vector<double> mixing_matrix(int n, const std::vector<int>& members);
 struct TraceEvent {
   std::string event;  // "ready", "group" or "hold"
   int stage = 0;
-  int replica = -1;        // ready
-  int64_t iteration = -1;  // ready
-  bool last = false;       // ready
-  int64_t clock = 0;       // group
-  std::vector<int> members;          // group, hold
+  int replica = -1;          // ready
+  int64_t iteration = -1;    // ready
+  bool last = false;         // ready
+  bool pause = false;        // ready: a barrier of every rank follows (written only when true)
+  int64_t clock = 0;         // group
+  std::vector<int> members;  // group, hold
   std::vector<int64_t> iterations;  // group: each member's iteration
   std::string check;                // group: GroupCheck name
   double t = 0.0;
@@ -66,8 +67,8 @@ std::vector<TraceEvent> read_sync_trace(const std::string& path);
 //   stage before it (so the union of those P consecutive groups is connected).
 struct TraceCheck {
   int64_t readies = 0, groups = 0, holds = 0;
-  int64_t validated = 0;  // groups checked as valid or enforced
-  int64_t skipped = 0;    // accepted unchecked (token conflicts, finished replicas)
+  int64_t validated = 0;                // groups checked as valid or enforced
+  int64_t skipped = 0;                  // accepted unchecked (token conflicts, finished replicas)
   std::vector<std::string> violations;  // empty: the trace passes
   double mean_group = 0.0;
 };

@@ -260,7 +260,8 @@ TEST(SdpipeScheduler, ValidatedGroupsKeepTheLastPGroupsConnected) {
             std::vector<double> next(n * n, 0.0);
             for (int a = 0; a < n; ++a)
               for (int b = 0; b < n; ++b)
-                for (int c2 = 0; c2 < n; ++c2) next[a * n + b] += product[a * n + c2] * w[c2 * n + b];
+                for (int c2 = 0; c2 < n; ++c2)
+                  next[a * n + b] += product[a * n + c2] * w[c2 * n + b];
             product = next;
           }
           for (double x : product) EXPECT_GT(x, 0.0) << "stage " << stage << " from " << first;
@@ -269,10 +270,11 @@ TEST(SdpipeScheduler, ValidatedGroupsKeepTheLastPGroupsConnected) {
     }
   }
   EXPECT_GT(waits, 0);  // the random delays did make candidates invalid
-  std::printf("random meshes 3 x 4, window 4 ms, delay 30 ms at p = 0.2: %lld groups, %lld "
-              "enforcement waits, %lld skipped validations\n",
-              static_cast<long long>(groups), static_cast<long long>(waits),
-              static_cast<long long>(skipped));
+  std::printf(
+      "random meshes 3 x 4, window 4 ms, delay 30 ms at p = 0.2: %lld groups, %lld "
+      "enforcement waits, %lld skipped validations\n",
+      static_cast<long long>(groups), static_cast<long long>(waits),
+      static_cast<long long>(skipped));
 }
 
 // Item 8's second test: with SDPipe's adaptive window and the paper's straggler rate, the
@@ -293,10 +295,11 @@ TEST(SdpipeScheduler, SkippedValidationsAreFewAndCounted) {
     skipped += r.skipped_validations;
     waits += r.enforcement_waits;
   }
-  std::printf("random meshes 4 x 4, adaptive window, P = 10, delay 30 ms at p = 0.1: %lld "
-              "groups, %lld enforcement waits, %lld skipped validations\n",
-              static_cast<long long>(groups), static_cast<long long>(waits),
-              static_cast<long long>(skipped));
+  std::printf(
+      "random meshes 4 x 4, adaptive window, P = 10, delay 30 ms at p = 0.1: %lld "
+      "groups, %lld enforcement waits, %lld skipped validations\n",
+      static_cast<long long>(groups), static_cast<long long>(waits),
+      static_cast<long long>(skipped));
   EXPECT_LT(static_cast<double>(skipped), 0.1 * static_cast<double>(groups));
 }
 
@@ -329,8 +332,8 @@ TEST(SdpipeScheduler, WaitOnInvalidBridgesAPartition) {
     const GroupCheck c2 = r.groups[i].check;
     if (c2 != GroupCheck::kValid && c2 != GroupCheck::kEnforced) continue;
     ++bridging;
-    EXPECT_TRUE(connects_all(4, std::vector<std::vector<int>>{r.groups[i - 1].members,
-                                                              r.groups[i].members}))
+    EXPECT_TRUE(connects_all(
+        4, std::vector<std::vector<int>>{r.groups[i - 1].members, r.groups[i].members}))
         << "groups " << i << " and " << i + 1;
   }
   EXPECT_GT(bridging, 20);
@@ -429,6 +432,41 @@ TEST(SdpipeTrace, RoundTripCheckAndReplay) {
   bad.push_back(lost);
   const TraceCheck c = check_sync_trace(bad, 4, 3);
   EXPECT_GE(c.violations.size(), 2u);
+}
+
+// A READY that says "pause" (every rank meets after that update: the trainer's log points): a
+// replica grouped with it sends nothing more until the others are there too, so a candidate that
+// needs it is accepted (skipped-paused) instead of held back for ever; its next READY counts
+// again. Without the flag the same arrivals hold the last replica back (the hang it prevents).
+TEST(SdpipeScheduler, PausedReplicasAreNotWaitedFor) {
+  for (bool pause : {true, false}) {
+    GroupScheduler s(fixed(1, 3, 0.01, 2));
+    for (int r = 0; r < 3; ++r) s.ready(0, r, 0, false, 0.0);
+    EXPECT_TRUE(s.ready(0, 0, 1, false, 1.0, pause).empty());
+    EXPECT_TRUE(s.ready(0, 1, 1, false, 1.0, pause).empty());
+    const std::vector<Group> pair = s.poll(1.02);
+    ASSERT_EQ(pair.size(), 1u);
+    EXPECT_EQ(pair[0].members, std::vector<int>({0, 1}));
+    EXPECT_EQ(pair[0].check, GroupCheck::kValid);
+    const std::vector<Group> late = s.ready(0, 2, 1, false, 1.5, pause);
+    if (!pause) {
+      EXPECT_TRUE(late.empty());
+      EXPECT_TRUE(s.poll(1.52).empty());
+      EXPECT_TRUE(s.waiting(0));  // for replicas 0 and 1, which wait at the barrier
+      continue;
+    }
+    ASSERT_EQ(late.size(), 1u);
+    EXPECT_EQ(late[0].members, std::vector<int>({2}));
+    EXPECT_EQ(late[0].check, GroupCheck::kSkippedPaused);
+    EXPECT_FALSE(s.waiting(0));
+    // After the barrier every replica counts again: a round closes only with all three.
+    EXPECT_TRUE(s.ready(0, 0, 2, false, 2.0).empty());
+    EXPECT_TRUE(s.ready(0, 1, 2, false, 2.0).empty());
+    const std::vector<Group> all = s.ready(0, 2, 2, false, 2.0);
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(all[0].members, std::vector<int>({0, 1, 2}));
+    EXPECT_EQ(all[0].check, GroupCheck::kValid);
+  }
 }
 
 TEST(SdpipeScheduler, RejectsReadyFromUnknownOrFinishedReplicas) {

@@ -111,8 +111,10 @@ TEST(GroupAverage, ConcurrentGroupsOnStagesNeverDeadlock) {
       std::shuffle(order.begin(), order.end(), rng);
       const int cut = static_cast<int>(rng() % replicas);
       std::vector<int> group;
-      const bool first = std::find(order.begin(), order.begin() + cut, replica) != order.begin() + cut;
-      group.assign(first ? order.begin() : order.begin() + cut, first ? order.begin() + cut : order.end());
+      const bool first =
+          std::find(order.begin(), order.begin() + cut, replica) != order.begin() + cut;
+      group.assign(first ? order.begin() : order.begin() + cut,
+                   first ? order.begin() + cut : order.end());
       std::sort(group.begin(), group.end());
       int64_t key = 0;
       for (int m : group) key |= int64_t{1} << m;
@@ -169,8 +171,8 @@ TEST(Service, EveryRankIsAnsweredInOrderWithPayloads) {
       client = std::make_unique<ServiceClient>(nullptr, host.get(), "the echo",
                                                std::chrono::seconds(10));
     } else {
-      client = std::make_unique<ServiceClient>(sc.get(), nullptr, "the echo",
-                                               std::chrono::seconds(10));
+      client =
+          std::make_unique<ServiceClient>(sc.get(), nullptr, "the echo", std::chrono::seconds(10));
     }
     for (int i = 0; i < 5; ++i) {
       ServiceMessage m;
@@ -296,8 +298,8 @@ TEST(SdpipeTraining, AsyncQueryEqualsBlockingAndOverlapsTheBackward) {
   };
   const RunResult async = grouped::train_local(spec, p, config);
   sync.async_query = false;
-  const RunResult blocking = grouped::train_local(spec, with_sync(grouped::layout(2, 2, 2), sync),
-                                                  config);
+  const RunResult blocking =
+      grouped::train_local(spec, with_sync(grouped::layout(2, 2, 2), sync), config);
   EXPECT_TRUE(same_values(async.groups.at(0), blocking.groups.at(0), 0.0));
   EXPECT_TRUE(same_values(async.groups.at(1), blocking.groups.at(1), 0.0));
   ASSERT_EQ(queries.size(), 4u);
@@ -356,8 +358,8 @@ TEST(SdpipeTraining, ASchedulerThatHangsEndsEveryRank) {
     run_local_ranks(world, [&](LocalCommunicator& comm) {
       comm.set_timeout(std::chrono::milliseconds(1500));
       ExecContext ctx(Device::cpu(), nullptr, 1);
-      Trainer trainer(ctx, grouped::mlp_spec(), data, nullptr, grouped::train_config(10), p,
-                      &comm, nullptr);
+      Trainer trainer(ctx, grouped::mlp_spec(), data, nullptr, grouped::train_config(10), p, &comm,
+                      nullptr);
       trainer.run();
     });
     ADD_FAILURE() << "the run finished without its scheduler";
@@ -396,8 +398,8 @@ TEST(SdpipeTraining, SspNeverExceedsTheStalenessBound) {
       widest = std::max(widest, pull.clock - pull.min_clock);
     }
     EXPECT_GT(stats.staleness_waits, 0) << "s = " << s;
-    std::printf("ssp s=%d: widest gap %lld, %lld pulls waited\n", s,
-                static_cast<long long>(widest), static_cast<long long>(stats.staleness_waits));
+    std::printf("ssp s=%d: widest gap %lld, %lld pulls waited\n", s, static_cast<long long>(widest),
+                static_cast<long long>(stats.staleness_waits));
   }
 }
 

@@ -7,6 +7,13 @@
 //   mpirun -np 8 sdpipe_bench --mode throughput --groups 4 --stages 2 --compute-ms 4
 //   mpirun -np 8 sdpipe_bench --mode converge --groups 4 --stages 2 --compute-ms 2 --target 0.7
 //   sdpipe_bench --local ...                          # the ranks as threads of one process
+//   sdpipe_bench --mode check-trace --trace t.jsonl --sync-window 0.02 --sync-history 10
+//
+// check-trace validates a run's --sync-trace offline (papers/sdpipe.md Sec. 5 items 4, 6, 15):
+// every READY answered by exactly one group holding its replica, every checked group connected
+// with the P - 1 before it, and a replay of the READYs through a fresh scheduler of the given
+// --sync-window, --sync-history and --sync-token deciding what the run decided. Stages and
+// replicas are read from the trace. Exit status 1 when anything fails.
 //
 // Delays are scaled to the step: d_A = --ratio-a x the homogeneous step time of allreduce
 // (measured first, in the same run), so the figures say the ratio they used. Configurations run
@@ -45,6 +52,7 @@
 #include "parallel/partition/partition.h"
 #include "parallel/runtime/injector.h"
 #include "parallel/sdpipe/sync_config.h"
+#include "parallel/sdpipe/sync_graph.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
 #include "tools/bench/timed_linear.h"
@@ -64,15 +72,17 @@ struct Options {
   int repeats = 3;
   int width = 256, depth = 4;
   double compute_ms = 4.0, compute_ms_per_sample = 0.0;
-  double ratio_a = 0.5;   // d_A / homogeneous step time
-  double p = 0.1;         // probability per forward and per backward
+  double ratio_a = 0.5;  // d_A / homogeneous step time
+  double p = 0.1;        // probability per forward and per backward
   std::string syncs = "allreduce,sdpipe,adpsgd,ps-ssp";
   std::string window = "auto";
   int history = 10;
   int staleness = 3;
   double lr = 0.05;
-  double target = 0.7;     // converge: training loss
-  int64_t log_every = 5;   // converge: steps between loss points
+  std::string trace;         // check-trace: the --sync-trace file
+  std::string token = "on";  // check-trace: the run's --sync-token
+  double target = 0.7;       // converge: training loss
+  int64_t log_every = 5;     // converge: steps between loss points
   int64_t max_steps = 600;
   int threads = 0;
   bool local = false;
@@ -83,8 +93,8 @@ std::vector<std::string> split_list(const std::string& s) {
   size_t start = 0;
   while (start <= s.size()) {
     const size_t comma = s.find(',', start);
-    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos
-                                                                         : comma - start);
+    const std::string item =
+        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!item.empty()) out.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -175,7 +185,7 @@ struct Result {
   double seconds_to_target = -1;
   int64_t step_to_target = -1;
   double mean_group = 0;
-  double waits = 0;     // enforcement waits (sdpipe) or staleness waits (ps-ssp)
+  double waits = 0;  // enforcement waits (sdpipe) or staleness waits (ps-ssp)
   double final_loss = 0;
 };
 
@@ -242,8 +252,8 @@ Result run(const Options& o, const Workload& w, const parallel::PipelineConfig& 
     result.samples_per_s = static_cast<double>(summary.samples) / summary.train_seconds;
     if (summary.sync) {
       result.mean_group = summary.sync->mean_group();
-      result.waits = static_cast<double>(summary.sync->enforcement_waits +
-                                         summary.sync->staleness_waits);
+      result.waits =
+          static_cast<double>(summary.sync->enforcement_waits + summary.sync->staleness_waits);
     }
     for (const Recorder::Point& pt : recorder.points) {
       if (result.step_to_target < 0 && pt.loss <= o.target) {
@@ -255,8 +265,8 @@ Result run(const Options& o, const Workload& w, const parallel::PipelineConfig& 
   };
   if (mpi_world != nullptr) {
     STRATA_CHECK_EQ(mpi_world->size(), ranks)
-        << "sdpipe_bench: --groups " << p.groups << " x --stages " << p.stages << " needs "
-        << ranks << " MPI ranks";
+        << "sdpipe_bench: --groups " << p.groups << " x --stages " << p.stages << " needs " << ranks
+        << " MPI ranks";
     body(mpi_world, std::max(1, cores / ranks));
     Tensor t = Tensor::from_vector<double>(
         {result.samples_per_s, result.train_seconds, result.seconds_to_target,
@@ -284,9 +294,8 @@ void mode_throughput(const Options& o, parallel::Communicator* mpi, bool root) {
   const Workload w = workload(o, false);
   const std::vector<std::string> syncs = split_list(o.syncs);
   // The homogeneous step time of allreduce, to scale the delays.
-  const Result calib =
-      run(o, w, pipeline_of(o, w, sync_config(o, "allreduce"), 0.0),
-          train_config(o, o.steps, o.steps, 1), mpi);
+  const Result calib = run(o, w, pipeline_of(o, w, sync_config(o, "allreduce"), 0.0),
+                           train_config(o, o.steps, o.steps, 1), mpi);
   const double step = calib.train_seconds / static_cast<double>(o.steps);
   const double d_a = o.ratio_a * step, d_b = 3 * d_a;
   const std::vector<std::pair<std::string, double>> settings = {
@@ -374,12 +383,51 @@ void mode_converge(const Options& o, parallel::Communicator* mpi, bool root) {
   }
 }
 
+// Exit status: 0 when the trace passes the check and replays to the same decisions.
+int mode_check_trace(const Options& o) {
+  using namespace parallel::sdpipe;
+  STRATA_CHECK(!o.trace.empty()) << "sdpipe_bench --mode check-trace needs --trace FILE";
+  const std::vector<TraceEvent> events = read_sync_trace(o.trace);
+  int stages = 0, replicas = 0;
+  for (const TraceEvent& e : events) {
+    stages = std::max(stages, e.stage + 1);
+    if (e.event == "ready") replicas = std::max(replicas, e.replica + 1);
+  }
+  STRATA_CHECK(replicas > 0) << "--trace " << o.trace << ": no READY in it";
+  const TraceCheck check = check_sync_trace(events, replicas, o.history);
+  SyncConfig sync;
+  parse_sync_window(o.window, &sync);
+  SchedulerConfig sc;
+  sc.stages = stages;
+  sc.replicas = replicas;
+  sc.window_kind = sync.window_kind;
+  sc.window = sync.window;
+  sc.history = o.history;
+  sc.token = o.token == "on";
+  const std::vector<std::string> replay = replay_sync_trace(events, sc);
+  std::printf(
+      "%s: %d stages x %d replicas; %lld READYs, %lld groups (mean %.2f replicas), %lld held "
+      "back, %lld validated, %lld accepted unchecked\n",
+      o.trace.c_str(), stages, replicas, static_cast<long long>(check.readies),
+      static_cast<long long>(check.groups), check.mean_group, static_cast<long long>(check.holds),
+      static_cast<long long>(check.validated), static_cast<long long>(check.skipped));
+  for (const std::string& v : check.violations) std::printf("violation: %s\n", v.c_str());
+  for (const std::string& m : replay) std::printf("replay: %s\n", m.c_str());
+  std::printf("check (history P %d): %s; replay (window %s, token %s): %s\n", o.history,
+              check.violations.empty() ? "passed" : "FAILED", o.window.c_str(), o.token.c_str(),
+              replay.empty() ? "same decisions" : "FAILED");
+  return check.violations.empty() && replay.empty() ? 0 : 1;
+}
+
 int main_impl(int argc, char** argv) {
   Options o;
   CLI::App app("SDPipe vs All-Reduce, AD-PSGD and PS+SSP under stragglers");
   app.option_defaults()->always_capture_default();
-  app.add_option("--mode", o.mode, "throughput or converge")
-      ->check(CLI::IsMember({"throughput", "converge"}));
+  app.add_option("--mode", o.mode, "throughput, converge or check-trace")
+      ->check(CLI::IsMember({"throughput", "converge", "check-trace"}));
+  app.add_option("--trace", o.trace, "check-trace: a run's --sync-trace file");
+  app.add_option("--sync-token", o.token, "check-trace: the run's --sync-token")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--groups", o.groups, "Pipelines G");
   app.add_option("--stages", o.stages, "Stages S");
   app.add_option("--micro-batches", o.micro_batches, "Micro-batches M per step");
@@ -405,6 +453,7 @@ int main_impl(int argc, char** argv) {
   app.add_option("--threads", o.threads, "CPU threads per process (0 = all cores)");
   app.add_flag("--local", o.local, "Ranks as threads of this process instead of MPI ranks");
   CLI11_PARSE(app, argc, argv);
+  if (o.mode == "check-trace") return mode_check_trace(o);
   const parallel::ProcessInfo process = parallel::discover_process();
   std::unique_ptr<parallel::Communicator> mpi;
 #ifdef STRATA_WITH_MPI
