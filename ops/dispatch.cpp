@@ -569,8 +569,7 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
   call(kAdamWStep, ctx, param, grad, m, v, options, step);
 }
 void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
-                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options,
-                   int64_t step) {
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step) {
   call(kAdamWVrStep, ctx, param, grad, m, v, m2, options, step);
 }
 double sum_of_squares(ExecContext& ctx, const Tensor& t) { return call(kSumOfSquares, ctx, t); }

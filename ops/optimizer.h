@@ -55,8 +55,7 @@ struct AdamWVrOptions {
   double variance_scale = 1.0;  // 1/N, in (0, 1]
 };
 void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
-                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options,
-                   int64_t step);
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step);
 
 // Sum of the squares of every element (accumulated in double).
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
@@ -79,24 +78,22 @@ void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const T
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWOptions& options, int64_t step);
 void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
-                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options,
-                   int64_t step);
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step);
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
 }  // namespace cpu
 
-// CUDA kernels (ops/optimizer_cuda.cu). sgd_step, adamw_step and adamw_vr_step: f32 param/grad/state, one fused
-// element-wise pass computing in double as the CPU does. sum_of_squares: f32/bf16/f16, accumulated
-// in double, deterministic for a given device; synchronizes the stream to return the value.
-// scale_inplace: t = float(coef) * t in t's dtype (f32/bf16/f16), as ops::scale rounds, for
-// scale_gradients on CUDA tensors.
+// CUDA kernels (ops/optimizer_cuda.cu). sgd_step, adamw_step and adamw_vr_step: f32
+// param/grad/state, one fused element-wise pass computing in double as the CPU does.
+// sum_of_squares: f32/bf16/f16, accumulated in double, deterministic for a given device;
+// synchronizes the stream to return the value. scale_inplace: t = float(coef) * t in t's dtype
+// (f32/bf16/f16), as ops::scale rounds, for scale_gradients on CUDA tensors.
 namespace cuda {
 void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
               const SgdOptions& options, int64_t step);
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWOptions& options, int64_t step);
 void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
-                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options,
-                   int64_t step);
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step);
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
 void scale_inplace(ExecContext& ctx, const Tensor& t, double coef);
 }  // namespace cuda

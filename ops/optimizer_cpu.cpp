@@ -114,8 +114,7 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
 }
 
 void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
-                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options,
-                   int64_t step) {
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step) {
   constexpr const char* kOp = "adamw_vr_step";
   detail::check_float(param, kOp, "param");
   check_like_param(grad, param, kOp, "grad");

@@ -152,9 +152,8 @@ struct AdamVrParams {
 
 // ops/optimizer.h's adamw_vr_step, one element, in double as on the CPU.
 __global__ void __launch_bounds__(kThreads)
-    adamw_vr_step_kernel(float* __restrict__ p, const float* __restrict__ g,
-                         float* __restrict__ m, float* __restrict__ v, float* __restrict__ m2,
-                         int64_t n, AdamVrParams o) {
+    adamw_vr_step_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                         float* __restrict__ v, float* __restrict__ m2, int64_t n, AdamVrParams o) {
   const int64_t tid = thread_index(), stride = thread_count();
   for (int64_t i = tid; i < n; i += stride) {
     const double gi = g[i];
@@ -277,8 +276,7 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
 }
 
 void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
-                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options,
-                   int64_t step) {
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step) {
   constexpr const char* kOp = "adamw_vr_step";
   check_f32(param, ctx, kOp, "param");
   check_like_param(grad, param, ctx, kOp, "grad");
@@ -299,8 +297,8 @@ void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, co
   const int64_t n = param.numel();
   if (n == 0) return;
   const double t = static_cast<double>(step);
-  const AdamVrParams o{b1, b2, eps, lr, 1.0 - std::pow(b1, t), 1.0 - std::pow(b2, t),
-                       1.0 - lr * wd, scale};
+  const AdamVrParams o{
+      b1, b2, eps, lr, 1.0 - std::pow(b1, t), 1.0 - std::pow(b2, t), 1.0 - lr * wd, scale};
   adamw_vr_step_kernel<<<::strata::cuda::blocks_for(n, kThreads, x), kThreads, 0, x.stream()>>>(
       static_cast<float*>(param.raw_data()), static_cast<const float*>(grad.raw_data()),
       static_cast<float*>(m.raw_data()), static_cast<float*>(v.raw_data()),

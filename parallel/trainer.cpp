@@ -504,8 +504,7 @@ TrainSummary Trainer::run() {
         {&ctx_, store_.get(), world_, dp_.get(), stage_, group_, S, G, total - start_step_,
          config_.seed, [&, first = start_step_](int64_t u) { return meets_after(first + u); }});
   }
-  Injector injector(pipeline_.inject, rank_, world_ != nullptr ? world_->size() : 1,
-                    config_.seed);
+  Injector injector(pipeline_.inject, rank_, world_ != nullptr ? world_->size() : 1, config_.seed);
   ExecutorConfig ec;
   ec.kind = pipeline_.schedule;
   ec.seed = config_.seed;

@@ -693,9 +693,8 @@ std::unique_ptr<Communicator> LocalCommunicator::subgroup(const std::vector<int>
     state_->family->changed.notify_all();
   }
   local_detail::block_until(lock, *state_, rank_, timeout(), local_detail::Clock::now(),
-                            "the other members of " + what, "subgroup", [&] {
-                              return pending->arrived == static_cast<int>(members.size());
-                            });
+                            "the other members of " + what, "subgroup",
+                            [&] { return pending->arrived == static_cast<int>(members.size()); });
   lock.unlock();
   const int sub_rank =
       static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());

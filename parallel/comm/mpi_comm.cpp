@@ -483,14 +483,16 @@ std::unique_ptr<Communicator> MpiCommunicator::subgroup(const std::vector<int>& 
   for (auto& r : requests) r->wait(timeout(), "the other members of " + what);
   MPI_Group parent, group;
   STRATA_MPI_CHECK(MPI_Comm_group(comm_, &parent));
-  const int status = MPI_Group_incl(parent, static_cast<int>(members.size()), members.data(), &group);
+  const int status =
+      MPI_Group_incl(parent, static_cast<int>(members.size()), members.data(), &group);
   MPI_Group_free(&parent);
   STRATA_MPI_CHECK(status);
   MPI_Comm sub = MPI_COMM_NULL;
   const int created = MPI_Comm_create_group(comm_, group, tag, &sub);
   MPI_Group_free(&group);
   STRATA_MPI_CHECK(created);
-  STRATA_CHECK(sub != MPI_COMM_NULL) << "mpi comm " << who() << ": " << what << " gave no communicator";
+  STRATA_CHECK(sub != MPI_COMM_NULL)
+      << "mpi comm " << who() << ": " << what << " gave no communicator";
   auto result = std::make_unique<MpiCommunicator>(sub, true);
   result->set_timeout(timeout());
   return result;

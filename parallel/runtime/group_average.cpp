@@ -77,8 +77,7 @@ void GroupAverager::reduce(ExecContext& ctx, Communicator& comm, int members,
   for (const Tensor& t : tensors) {
     if (!t.defined() || t.numel() == 0) continue;
     STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF64)
-        << "GroupAverager: " << what << ": cannot average a " << dtype_name(t.dtype())
-        << " tensor";
+        << "GroupAverager: " << what << ": cannot average a " << dtype_name(t.dtype()) << " tensor";
     comm.all_reduce(t)->wait(comm.timeout(), what);
     ops::scale_gradients(ctx, {t}, 1.0 / static_cast<double>(members));
   }

@@ -56,8 +56,8 @@ class GroupAverager {
   const Stats& stats() const { return stats_; }
 
  private:
-  void reduce(ExecContext& ctx, Communicator& comm, int members,
-              const std::vector<Tensor>& tensors, const std::string& what);
+  void reduce(ExecContext& ctx, Communicator& comm, int members, const std::vector<Tensor>& tensors,
+              const std::string& what);
 
   std::unique_ptr<Communicator> peers_;
   struct Entry {

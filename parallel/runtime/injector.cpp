@@ -111,27 +111,25 @@ std::vector<InjectSpec> parse_inject(const std::string& text) {
           << "--inject \"" << spec_text << "\": " << key << " is given twice";
       spec.values[key] = value;
     }
-    STRATA_CHECK(spec.has("kind")) << "--inject \"" << spec_text << "\": no kind= (valid: "
-                                   << [] {
-                                        std::string v;
-                                        for (const KindKeys& k : kinds())
-                                          v += (v.empty() ? "" : ", ") + std::string(k.kind);
-                                        return v;
-                                      }()
-                                   << ")";
+    STRATA_CHECK(spec.has("kind")) << "--inject \"" << spec_text << "\": no kind= (valid: " << [] {
+      std::string v;
+      for (const KindKeys& k : kinds()) v += (v.empty() ? "" : ", ") + std::string(k.kind);
+      return v;
+    }() << ")";
     spec.kind = spec.values["kind"];
     auto kind = std::find_if(kinds().begin(), kinds().end(),
                              [&](const KindKeys& k) { return spec.kind == k.kind; });
-    STRATA_CHECK(kind != kinds().end())
-        << "--inject \"" << spec_text << "\": unknown kind " << spec.kind << " (valid: " << [] {
-             std::string v;
-             for (const KindKeys& k : kinds()) v += (v.empty() ? "" : ", ") + std::string(k.kind);
-             return v;
-           }() << ")";
+    STRATA_CHECK(kind != kinds().end()) << "--inject \"" << spec_text << "\": unknown kind "
+                                        << spec.kind << " (valid: " <<
+        [] {
+          std::string v;
+          for (const KindKeys& k : kinds()) v += (v.empty() ? "" : ", ") + std::string(k.kind);
+          return v;
+        }() << ")";
     for (const auto& [key, value] : spec.values) {
       const bool common = key == "kind" || key == "rank" || key == "from" || key == "to";
-      STRATA_CHECK(common || std::find(kind->keys.begin(), kind->keys.end(), key) !=
-                                 kind->keys.end())
+      STRATA_CHECK(common ||
+                   std::find(kind->keys.begin(), kind->keys.end(), key) != kind->keys.end())
           << "--inject \"" << spec_text << "\": kind=" << spec.kind << " takes no key " << key;
     }
     if (spec.has("rank")) {
@@ -189,9 +187,8 @@ SlowdownTrace read_slowdown_trace(const std::string& path, int world_size) {
     double seconds = 0, fraction = 0;
     std::string extra;
     const bool ok = static_cast<bool>(fields >> rank >> seconds >> fraction) && !(fields >> extra);
-    const std::string where =
-        "--inject trace file " + path + " line " + std::to_string(number) + " (\"" + trim(line) +
-        "\")";
+    const std::string where = "--inject trace file " + path + " line " + std::to_string(number) +
+                              " (\"" + trim(line) + "\")";
     STRATA_CHECK(ok) << where << ": expected \"rank seconds fraction\"";
     STRATA_CHECK(rank >= 0 && rank < world_size)
         << where << ": rank " << rank << " is outside the " << world_size << " ranks of the run";
@@ -248,8 +245,8 @@ void Injector::before(OpCode op, int64_t step, int64_t micro_batch) {
         (which == "backward" && op != OpCode::kBackward)) {
       continue;
     }
-    const uint64_t seed = s.has("seed") ? static_cast<uint64_t>(std::stoll(s.values.at("seed")))
-                                        : seed_;
+    const uint64_t seed =
+        s.has("seed") ? static_cast<uint64_t>(std::stoll(s.values.at("seed"))) : seed_;
     ++stats_.draws;
     if (uniform(seed, rank_, step, micro_batch, op) < s.number("p", 0)) {
       sleep(s.number("delay", 0));

@@ -68,9 +68,9 @@ SlowdownTrace read_slowdown_trace(const std::string& path, int world_size);
 class Injector {
  public:
   struct Stats {
-    int64_t draws = 0;       // straggler draws made
-    int64_t injected = 0;    // sleeps made (straggler or trace)
-    double seconds = 0.0;    // time slept
+    int64_t draws = 0;     // straggler draws made
+    int64_t injected = 0;  // sleeps made (straggler or trace)
+    double seconds = 0.0;  // time slept
   };
   // `specs` from parse_inject; `seed`: the run's seed (for specs without their own). Trace files
   // are read here (every rank reads them).
@@ -90,7 +90,7 @@ class Injector {
  private:
   void sleep(double seconds);
 
-  std::vector<InjectSpec> specs_;  // those that apply to this rank
+  std::vector<InjectSpec> specs_;      // those that apply to this rank
   std::vector<SlowdownTrace> traces_;  // per spec (empty for other kinds)
   int rank_;
   uint64_t seed_;

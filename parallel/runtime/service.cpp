@@ -12,8 +12,8 @@ namespace {
 constexpr int kRequestTag = 1, kRequestPayloadTag = 2, kReplyTag = 3, kReplyPayloadTag = 4;
 
 void check_payload(const Tensor& t, const std::string& where) {
-  STRATA_CHECK(!t.defined() || (t.dtype() == DType::kF32 && t.device().is_cpu() &&
-                                t.is_contiguous()))
+  STRATA_CHECK(!t.defined() ||
+               (t.dtype() == DType::kF32 && t.device().is_cpu() && t.is_contiguous()))
       << where << ": a payload must be a contiguous f32 CPU tensor, got " << t.str();
 }
 
@@ -128,8 +128,8 @@ void ServiceHost::round(bool* progressed) {
     if (numel > 0) {
       m.payload = Tensor::empty({numel}, DType::kF32);
       comm_->irecv(m.payload, r, kRequestPayloadTag)
-          ->wait(comm_->timeout(), name_ + ": the payload of a request from rank " +
-                                       std::to_string(r));
+          ->wait(comm_->timeout(),
+                 name_ + ": the payload of a request from rank " + std::to_string(r));
     }
     posted_[r] = comm_->irecv(headers_[r], r, kRequestTag);
     handler_->on_request(*this, r, std::move(m), now());

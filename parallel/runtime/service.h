@@ -89,8 +89,8 @@ class ServiceHost {
   std::string name_;
   ServiceHandler* handler_ = nullptr;
   std::chrono::steady_clock::time_point start_;
-  std::vector<Tensor> headers_;                     // per rank: the posted header receive's buffer
-  std::vector<std::unique_ptr<Request>> posted_;    // per rank (null for rank 0)
+  std::vector<Tensor> headers_;                   // per rank: the posted header receive's buffer
+  std::vector<std::unique_ptr<Request>> posted_;  // per rank (null for rank 0)
   std::vector<std::pair<std::unique_ptr<Request>, Tensor>> sending_;  // replies in flight
   bool frozen_ = false;
 

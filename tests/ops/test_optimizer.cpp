@@ -386,10 +386,14 @@ TEST(AdamWVr, NoiseIsScaledByOneOverN) {
 TEST(AdamWVr, RejectsBadArguments) {
   ExecContext ctx;
   const Tensor p = vec({1, 2}), g = vec({1, 1}), m = vec({0, 0}), v = vec({0, 0});
-  expect_error([&] { ops::adamw_vr_step(ctx, p, g, m, v, vec({0}), adamw_vr(0.1, 0.9, 0.99, 0, 1), 1); },
-               {"adamw_vr_step", "m2 has shape (1,)"});
-  expect_error([&] { ops::adamw_vr_step(ctx, p, g, m, v, vec({0, 0}), adamw_vr(0.1, 0.9, 0.99, 0, 0), 1); },
-               {"adamw_vr_step", "options.variance_scale"});
+  expect_error(
+      [&] { ops::adamw_vr_step(ctx, p, g, m, v, vec({0}), adamw_vr(0.1, 0.9, 0.99, 0, 1), 1); },
+      {"adamw_vr_step", "m2 has shape (1,)"});
+  expect_error(
+      [&] {
+        ops::adamw_vr_step(ctx, p, g, m, v, vec({0, 0}), adamw_vr(0.1, 0.9, 0.99, 0, 0), 1);
+      },
+      {"adamw_vr_step", "options.variance_scale"});
 }
 
 }  // namespace

@@ -26,9 +26,9 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 }
 
 TEST(Inject, ParsesSpecsAndCommonKeys) {
-  const std::vector<InjectSpec> specs =
-      parse_inject(" kind=straggler, p=0.1 ,delay=0.3 ; kind=straggler,p=1,delay=0.5,rank=3,"
-                   "from=4,to=6,op=backward,seed=9;");
+  const std::vector<InjectSpec> specs = parse_inject(
+      " kind=straggler, p=0.1 ,delay=0.3 ; kind=straggler,p=1,delay=0.5,rank=3,"
+      "from=4,to=6,op=backward,seed=9;");
   ASSERT_EQ(specs.size(), 2u);
   EXPECT_EQ(specs[0].kind, "straggler");
   EXPECT_DOUBLE_EQ(specs[0].number("p", 0), 0.1);
@@ -112,7 +112,7 @@ TEST(Inject, InjectorSleepsReproducibly) {
   EXPECT_EQ(a[45], 0);  // step 46: after `to`
   EXPECT_EQ(run(2).second.draws, 0);
   expect_error([&] { Injector(parse_inject("kind=straggler,p=1,delay=0,rank=9"), 0, 4, 0); },
-                                {"--inject", "rank 9", "4 ranks"});
+               {"--inject", "rank 9", "4 ranks"});
 }
 
 std::string write_file(const std::string& name, const std::string& text) {
@@ -134,20 +134,16 @@ TEST(Inject, TraceFilesAreReadAndCheckedNamingTheLine) {
   EXPECT_DOUBLE_EQ(t.fraction(3, 1.0), 1.0);
   EXPECT_DOUBLE_EQ(t.fraction(3, 3.0), 0.5);
   EXPECT_DOUBLE_EQ(t.fraction(0, 3.0), 1.0);
-  expect_error(
-      [&] { read_slowdown_trace(write_file("trace_rank.txt", "0 0 1\n4 1.0 0.5\n"), 4); },
-      {"--inject trace file", "line 2", "rank 4", "outside the 4 ranks"});
-  expect_error(
-      [&] { read_slowdown_trace(write_file("trace_time.txt", "# c\n1 -2 0.5\n"), 4); },
-      {"line 2", "time -2", "out of range"});
-  expect_error(
-      [&] { read_slowdown_trace(write_file("trace_frac.txt", "1 1 1.5\n"), 4); },
-      {"line 1", "fraction 1.5", "out of range"});
-  expect_error(
-      [&] { read_slowdown_trace(write_file("trace_words.txt", "1 1\n"), 4); },
-      {"line 1", "expected \"rank seconds fraction\""});
+  expect_error([&] { read_slowdown_trace(write_file("trace_rank.txt", "0 0 1\n4 1.0 0.5\n"), 4); },
+               {"--inject trace file", "line 2", "rank 4", "outside the 4 ranks"});
+  expect_error([&] { read_slowdown_trace(write_file("trace_time.txt", "# c\n1 -2 0.5\n"), 4); },
+               {"line 2", "time -2", "out of range"});
+  expect_error([&] { read_slowdown_trace(write_file("trace_frac.txt", "1 1 1.5\n"), 4); },
+               {"line 1", "fraction 1.5", "out of range"});
+  expect_error([&] { read_slowdown_trace(write_file("trace_words.txt", "1 1\n"), 4); },
+               {"line 1", "expected \"rank seconds fraction\""});
   expect_error([&] { read_slowdown_trace("/nonexistent/trace", 4); },
-                                {"/nonexistent/trace", "cannot open"});
+               {"/nonexistent/trace", "cannot open"});
 }
 
 // Replay: after each instruction the rank sleeps (1/fraction - 1) times its duration.
