@@ -12,15 +12,25 @@ namespace strata::graph {
 OptimizerKind parse_optimizer(const std::string& name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adamw") return OptimizerKind::kAdamW;
-  STRATA_THROW() << "unknown optimizer '" << name << "' (valid: sgd, adamw)";
+  if (name == "adamw-vr") return OptimizerKind::kAdamWVr;
+  STRATA_THROW() << "unknown optimizer '" << name << "' (valid: sgd, adamw, adamw-vr)";
 }
 
 const char* optimizer_name(OptimizerKind kind) {
-  return kind == OptimizerKind::kSgd ? "sgd" : "adamw";
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+    case OptimizerKind::kAdamWVr:
+      return "adamw-vr";
+  }
+  return "?";
 }
 
 std::vector<std::string> optimizer_slot_names(const OptimizerConfig& config) {
   if (config.kind == OptimizerKind::kAdamW) return {"exp_avg", "exp_avg_sq"};
+  if (config.kind == OptimizerKind::kAdamWVr) return {"exp_avg", "exp_avg_sq", "exp_avg_vr"};
   if (config.momentum > 0) return {"momentum"};
   return {};
 }
@@ -34,6 +44,9 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerConfig& config)
     STRATA_CHECK(config.momentum >= 0 && config.momentum < 1) << "--momentum must be in [0, 1)";
     STRATA_CHECK(!config.nesterov || config.momentum > 0) << "--nesterov needs --momentum > 0";
   }
+  STRATA_CHECK(config.variance_scale > 0 && config.variance_scale <= 1)
+      << "optimizer: the variance scale of adamw-vr must be in (0, 1], got "
+      << config.variance_scale;
   store_.ensure_state(optimizer_slot_names(config).size());
 }
 
@@ -95,6 +108,19 @@ OptimizerStepInfo Optimizer::step(ExecContext& ctx, int64_t step, const GlobalSu
       } else {
         sq[i] = ops::sgd_step_sq(ctx, store_.param(i), store_.grad(i), buf, o, step + 1);
       }
+    } else if (config_.kind == OptimizerKind::kAdamWVr) {
+      ops::AdamWVrOptions o;
+      o.adam.lr = info.lr;
+      o.adam.beta1 = config_.beta1;
+      o.adam.beta2 = config_.beta2;
+      o.adam.eps = config_.eps;
+      o.adam.weight_decay = wd;
+      o.variance_scale = config_.variance_scale;
+      // adamw_vr_step has no fused sum of squares nor gradient scale: both are passes of their own.
+      if (!norm_first) sq[i] = ops::sum_of_squares(ctx, store_.grad(i));
+      if (factor != 1.0) ops::scale_gradients(ctx, {store_.grad(i)}, factor);
+      ops::adamw_vr_step(ctx, store_.param(i), store_.grad(i), store_.state_view(0, i),
+                         store_.state_view(1, i), store_.state_view(2, i), o, step + 1);
     } else {
       ops::AdamWOptions o;
       o.lr = info.lr;

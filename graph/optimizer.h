@@ -16,8 +16,10 @@
 
 namespace strata::graph {
 
-enum class OptimizerKind { kSgd, kAdamW };
-// Parses sgd|adamw; throws strata::Error listing them otherwise.
+// adamw-vr: AdamW with the variance reduction of SDPipe for averaged replicas (ops::adamw_vr_step,
+// scale OptimizerConfig::variance_scale).
+enum class OptimizerKind { kSgd, kAdamW, kAdamWVr };
+// Parses sgd|adamw|adamw-vr; throws strata::Error listing them otherwise.
 OptimizerKind parse_optimizer(const std::string& name);
 const char* optimizer_name(OptimizerKind kind);
 
@@ -30,6 +32,7 @@ struct OptimizerConfig {
   double beta1 = 0.9;           // adamw
   double beta2 = 0.999;         // adamw
   double eps = 1e-8;            // adamw
+  double variance_scale = 1.0;  // adamw-vr: 1/N for N replicas that average their weights
   double clip_grad_norm = 0.0;  // 0: no clipping
   // A step whose global gradient norm is not finite (NaN or inf anywhere) leaves the parameters
   // and the optimizer state as they are, and says so in OptimizerStepInfo. This needs the norm
@@ -40,7 +43,8 @@ struct OptimizerConfig {
 };
 
 // Names of the optimizer state slots the config keeps in the ParamStore, in slot order:
-// sgd with momentum {"momentum"}, sgd without {}, adamw {"exp_avg", "exp_avg_sq"}.
+// sgd with momentum {"momentum"}, sgd without {}, adamw {"exp_avg", "exp_avg_sq"}, adamw-vr
+// {"exp_avg", "exp_avg_sq", "exp_avg_vr"} (its extra first moment, with beta2).
 std::vector<std::string> optimizer_slot_names(const OptimizerConfig& config);
 
 struct OptimizerStepInfo {

@@ -356,6 +356,8 @@ const auto kAdamWStep = row("adamw_step", cpu::adamw_step, STRATA_CUDA_KERNEL(ad
 // CPU only: on other devices sgd_step_sq/adamw_step_sq are sum_of_squares, then the update.
 const auto kSgdStepSq = row("sgd_step_sq", cpu::sgd_step_sq, nullptr);
 const auto kAdamWStepSq = row("adamw_step_sq", cpu::adamw_step_sq, nullptr);
+const auto kAdamWVrStep =
+    row("adamw_vr_step", cpu::adamw_vr_step, STRATA_CUDA_KERNEL(adamw_vr_step));
 const auto kSumOfSquares =
     row("sum_of_squares", cpu::sum_of_squares, STRATA_CUDA_KERNEL(sum_of_squares));
 const auto kCastCopy =
@@ -418,6 +420,7 @@ const RowCoverage kCoverage[] = {
     coverage(kTopkCorrect),
     coverage(kSgdStep),
     coverage(kAdamWStep),
+    coverage(kAdamWVrStep),
     coverage(kSumOfSquares),
     coverage(kCastCopy),
     coverage(kMoveAdd),
@@ -760,6 +763,10 @@ double adamw_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad, 
   const double sq = sum_of_squares(ctx, grad);
   adamw_step(ctx, param, grad, m, v, options, step);
   return sq;
+}
+void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step) {
+  call(kAdamWVrStep, ctx, param, grad, m, v, m2, options, step);
 }
 double sum_of_squares(ExecContext& ctx, const Tensor& t) { return call(kSumOfSquares, ctx, t); }
 

@@ -51,6 +51,23 @@ double sgd_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad,
                    const Tensor& momentum_buf, const SgdOptions& options, int64_t step);
 double adamw_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                      const Tensor& v, const AdamWOptions& options, int64_t step);
+// Variance-reduced AdamW for replicas that average their weights but not their optimizer state
+// (SDPipe Sec. 4, papers/sdpipe.md Sec. 2.9): each replica's second moment comes from its own
+// gradients, N times noisier than the mean of N. An extra first moment m2 (EMA with beta2, as in
+// the authors' kernel) gives the variance of the gradient, which is scaled by `variance_scale`
+// (1/N) before it goes back into the second moment. With bias correction on every moment:
+//   m = b1 m + (1 - b1) g;  m2 = b2 m2 + (1 - b2) g;  v = b2 v + (1 - b2) g^2
+//   mh = m / (1 - b1^t);  m2h = m2 / (1 - b2^t);  vh = v / (1 - b2^t)
+//   vs = m2h^2 + variance_scale * max(vh - m2h^2, 0)
+//   param *= 1 - lr * wd;  param -= lr * mh / (sqrt(vs) + eps)
+// So a constant gradient gives vs = vh, variance_scale = 1 gives AdamW (to rounding), and i.i.d.
+// noise gives vs ~ mean^2 + var / N. step counts from 1.
+struct AdamWVrOptions {
+  AdamWOptions adam;
+  double variance_scale = 1.0;  // 1/N, in (0, 1]
+};
+void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step);
 
 // Sum of the squares of every element (accumulated in double).
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
@@ -76,10 +93,12 @@ double sgd_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad,
                    const Tensor& momentum_buf, const SgdOptions& options, int64_t step);
 double adamw_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                      const Tensor& v, const AdamWOptions& options, int64_t step);
+void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step);
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
 }  // namespace cpu
 
-// CUDA kernels (ops/optimizer_cuda.cu). sgd_step and adamw_step: f32 param/grad/state, one fused
+// CUDA kernels (ops/optimizer_cuda.cu). sgd_step, adamw_step and adamw_vr_step: f32 param/grad/state, one fused
 // element-wise pass computing in double; options.grad_scale is applied by the dispatcher
 // (scale_inplace on the gradient first), the kernels read grad as it is. sum_of_squares:
 // f32/bf16/f16, accumulated in double, deterministic for a given device; synchronizes the stream to
@@ -90,6 +109,8 @@ void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const T
               const SgdOptions& options, int64_t step);
 void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWOptions& options, int64_t step);
+void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step);
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
 void scale_inplace(ExecContext& ctx, const Tensor& t, double coef);
 }  // namespace cuda

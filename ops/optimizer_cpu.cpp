@@ -183,6 +183,59 @@ double adamw_step_sq(ExecContext& ctx, const Tensor& param, const Tensor& grad, 
   return sq;
 }
 
+void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step) {
+  constexpr const char* kOp = "adamw_vr_step";
+  detail::check_float(param, kOp, "param");
+  check_like_param(grad, param, kOp, "grad");
+  check_like_param(m, param, kOp, "m");
+  check_like_param(v, param, kOp, "v");
+  check_like_param(m2, param, kOp, "m2");
+  STRATA_CHECK_GE(step, 1) << kOp << ": step counts from 1";
+  const AdamWOptions& a = options.adam;
+  const double lr = a.lr, b1 = a.beta1, b2 = a.beta2, eps = a.eps, wd = a.weight_decay;
+  const double scale = options.variance_scale;
+  check_hyper(lr >= 0 && std::isfinite(lr), kOp, "lr", lr, "finite and >= 0");
+  check_hyper(b1 >= 0 && b1 < 1, kOp, "beta1", b1, "in [0, 1)");
+  check_hyper(b2 >= 0 && b2 < 1, kOp, "beta2", b2, "in [0, 1)");
+  check_hyper(eps >= 0 && std::isfinite(eps), kOp, "eps", eps, "finite and >= 0");
+  check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
+  check_hyper(scale > 0 && scale <= 1, kOp, "variance_scale", scale, "in (0, 1]");
+  // In T arithmetic with the factors rounded once, as adamw_update: m and v are AdamW's bit for
+  // bit.
+  const double t = static_cast<double>(step);
+  const double step_size = lr / (1.0 - std::pow(b1, t));
+  const double inv_bc2 = 1.0 / (1.0 - std::pow(b2, t));
+  const double decay = 1.0 - lr * wd;
+  detail::dispatch_float(param.dtype(), kOp, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = param.data<T>();
+    const T* g = grad.data<T>();
+    T* pm = m.data<T>();
+    T* pv = v.data<T>();
+    T* pm2 = m2.data<T>();
+    const T tb1 = static_cast<T>(b1), tb2 = static_cast<T>(b2);
+    const T ob1 = static_cast<T>(1.0 - b1), ob2 = static_cast<T>(1.0 - b2);
+    const T tstep = static_cast<T>(step_size), tinv = static_cast<T>(inv_bc2);
+    const T teps = static_cast<T>(eps), tdecay = static_cast<T>(decay);
+    const T tscale = static_cast<T>(scale);
+    detail::parallel_for(param.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const T gi = g[i];
+        const T mi = tb1 * pm[i] + ob1 * gi;
+        const T m2i = tb2 * pm2[i] + ob2 * gi;
+        const T vi = tb2 * pv[i] + ob2 * gi * gi;
+        pm[i] = mi;
+        pm2[i] = m2i;
+        pv[i] = vi;
+        const T mean = m2i * tinv, second = vi * tinv;
+        const T vs = mean * mean + tscale * std::max(second - mean * mean, T(0));
+        p[i] = p[i] * tdecay - tstep * mi / (std::sqrt(vs) + teps);
+      }
+    });
+  });
+}
+
 double sum_of_squares(ExecContext& ctx, const Tensor& t) {
   constexpr const char* kOp = "sum_of_squares";
   detail::check_float(t, kOp, "t");

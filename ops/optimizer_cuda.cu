@@ -146,6 +146,33 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+struct AdamVrParams {
+  double beta1, beta2, eps, lr, bc1, bc2, decay, scale;
+};
+
+// ops/optimizer.h's adamw_vr_step, one element, in double as on the CPU.
+__global__ void __launch_bounds__(kThreads)
+    adamw_vr_step_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                         float* __restrict__ v, float* __restrict__ m2, int64_t n, AdamVrParams o) {
+  const int64_t tid = thread_index(), stride = thread_count();
+  for (int64_t i = tid; i < n; i += stride) {
+    const double gi = g[i];
+    const float mi = static_cast<float>(o.beta1 * static_cast<double>(m[i]) + (1.0 - o.beta1) * gi);
+    const float m2i =
+        static_cast<float>(o.beta2 * static_cast<double>(m2[i]) + (1.0 - o.beta2) * gi);
+    const float vi =
+        static_cast<float>(o.beta2 * static_cast<double>(v[i]) + (1.0 - o.beta2) * gi * gi);
+    m[i] = mi;
+    m2[i] = m2i;
+    v[i] = vi;
+    const double mean = static_cast<double>(m2i) / o.bc2;
+    const double second = static_cast<double>(vi) / o.bc2;
+    const double vs = mean * mean + o.scale * fmax(second - mean * mean, 0.0);
+    p[i] = static_cast<float>(static_cast<double>(p[i]) * o.decay -
+                              o.lr * (static_cast<double>(mi) / o.bc1) / (sqrt(vs) + o.eps));
+  }
+}
+
 // partial[blockIdx.x] = sum of x^2 over this block's share, in double.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -246,6 +273,37 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
   adamw_step_kernel<<<::strata::cuda::blocks_for(vec ? (n + 3) / 4 : n, kThreads, x), kThreads, 0,
                       x.stream()>>>(p, g, pm, pv, n, o, vec);
   STRATA_CUDA_LAUNCH_CHECK("adamw_step_kernel");
+}
+
+void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
+                   const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step) {
+  constexpr const char* kOp = "adamw_vr_step";
+  check_f32(param, ctx, kOp, "param");
+  check_like_param(grad, param, ctx, kOp, "grad");
+  check_like_param(m, param, ctx, kOp, "m");
+  check_like_param(v, param, ctx, kOp, "v");
+  check_like_param(m2, param, ctx, kOp, "m2");
+  STRATA_CHECK_GE(step, 1) << kOp << ": step counts from 1";
+  const AdamWOptions& a = options.adam;
+  const double lr = a.lr, b1 = a.beta1, b2 = a.beta2, eps = a.eps, wd = a.weight_decay;
+  const double scale = options.variance_scale;
+  check_hyper(lr >= 0 && std::isfinite(lr), kOp, "lr", lr, "finite and >= 0");
+  check_hyper(b1 >= 0 && b1 < 1, kOp, "beta1", b1, "in [0, 1)");
+  check_hyper(b2 >= 0 && b2 < 1, kOp, "beta2", b2, "in [0, 1)");
+  check_hyper(eps >= 0 && std::isfinite(eps), kOp, "eps", eps, "finite and >= 0");
+  check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
+  check_hyper(scale > 0 && scale <= 1, kOp, "variance_scale", scale, "in (0, 1]");
+  const ::strata::cuda::CudaExec& x = ::strata::cuda::exec(ctx, kOp);
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  const double t = static_cast<double>(step);
+  const AdamVrParams o{
+      b1, b2, eps, lr, 1.0 - std::pow(b1, t), 1.0 - std::pow(b2, t), 1.0 - lr * wd, scale};
+  adamw_vr_step_kernel<<<::strata::cuda::blocks_for(n, kThreads, x), kThreads, 0, x.stream()>>>(
+      static_cast<float*>(param.raw_data()), static_cast<const float*>(grad.raw_data()),
+      static_cast<float*>(m.raw_data()), static_cast<float*>(v.raw_data()),
+      static_cast<float*>(m2.raw_data()), n, o);
+  STRATA_CUDA_LAUNCH_CHECK("adamw_vr_step_kernel");
 }
 
 double sum_of_squares(ExecContext& ctx, const Tensor& t) {

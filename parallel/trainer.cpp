@@ -250,6 +250,29 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
                          << ", whose delayed gradients a checkpoint cannot hold apart; keep its "
                             "layers on one stage (--partition) or drop --dp-delay";
   }
+  if (pipeline.update_sync && pipeline.groups > 1) {
+    // Replicas that differ between synchronizations: one stage's tied copy could drift from its
+    // owner, a checkpoint would keep group 0's replica only, and the skips of loss scaling and
+    // the delayed all-reduce need every pipeline to agree at every step.
+    const std::optional<std::pair<int, int>> split = split_tied_stages(*model_, pipeline);
+    STRATA_CHECK(!split) << "--sync other than allreduce: a tied parameter is split between "
+                         << "stages " << (split ? split->first : 0) << " and "
+                         << (split ? split->second : 0)
+                         << ", whose replicas would be averaged apart; keep its layers on one "
+                            "stage (--partition)";
+    STRATA_CHECK(is_synchronous(pipeline.schedule))
+        << "--sync other than allreduce needs a schedule that flushes every step (gpipe, 1f1b), "
+           "not "
+        << schedule_name(pipeline.schedule);
+    STRATA_CHECK(pipeline.grad_sync.delay == 0)
+        << "--dp-delay delays the gradient all-reduce, which --sync other than allreduce replaces";
+    STRATA_CHECK(checkpointing == false)
+        << "checkpoints (--checkpoint-dir, --resume) are not supported with --sync other than "
+           "allreduce";
+    STRATA_CHECK(!scaler_.enabled())
+        << "--loss-scale needs every pipeline to agree at every step, which --sync other than "
+           "allreduce avoids; use --precision bf16 or --loss-scale off";
+  }
   STRATA_CHECK(config.checkpoint.save_every >= 0 && config.checkpoint.keep_last >= 0)
       << "--save-every and --keep-last must be >= 0";
   STRATA_CHECK(config.checkpoint.save_every == 0 || !config.checkpoint.dir.empty())
@@ -352,8 +375,11 @@ TrainSummary Trainer::run() {
   options.shard_count = G;
   options.drop_last = S * G * M > 1;
   // Synchronous schedules normalize by the step's global batch; the asynchronous one updates per
-  // micro-batch, so each micro-batch is its own mean.
-  LoaderMicroBatches source(train_, options, M, loads, stage_ == S - 1 ? dp_.get() : nullptr,
+  // micro-batch, so each micro-batch is its own mean. Replicas that update locally
+  // (PipelineConfig::update_sync) normalize by their group's batch.
+  const bool local_updates = pipeline_.update_sync && G > 1;
+  LoaderMicroBatches source(train_, options, M, loads,
+                            stage_ == S - 1 && !local_updates ? dp_.get() : nullptr,
                             config_.loss.ignore_index, !is_synchronous(pipeline_.schedule));
   const int64_t total = total_steps(config_, pipeline_, train_->size());
   const int64_t per_epoch = source.steps_per_epoch();
@@ -361,11 +387,20 @@ TrainSummary Trainer::run() {
 
   std::unique_ptr<Trace> trace;
   if (!pipeline_.trace_path.empty()) trace = std::make_unique<Trace>(rank_, group_, stage_);
-  StageComms comms;
-  comms.pipe = pipe_.get();
-  comms.dp = dp_.get();
-  comms.tied = tied_.get();
-  links_.attach(&comms);
+  // Local updates: the steps after which every rank meets (metrics, evaluation, requests from
+  // outside); the others run without waiting for the other pipelines.
+  const auto meets_after = [&](int64_t step) {
+    return (step + 1) % config_.log_every == 0 || (step + 1) % per_epoch == 0 ||
+           step + 1 == total ||
+           (test_ != nullptr && config_.eval_every > 0 && (step + 1) % config_.eval_every == 0);
+  };
+  std::unique_ptr<UpdateSync> replica_sync;
+  if (local_updates) {
+    replica_sync = pipeline_.update_sync(
+        {&ctx_, store_.get(), world_, dp_.get(), stage_, group_, S, G, total - start_step_,
+         config_.seed, [&, first = start_step_](int64_t u) { return meets_after(first + u); }});
+  }
+  Injector injector(pipeline_.inject, rank_, world_ != nullptr ? world_->size() : 1, config_.seed);
   ExecutorConfig ec;
   ec.kind = pipeline_.schedule;
   ec.seed = config_.seed;
@@ -399,7 +434,7 @@ TrainSummary Trainer::run() {
   auto make_executor = [&](int64_t first_step) {
     StageComms comms;
     comms.pipe = pipe_.get();
-    comms.dp = dp_.get();
+    comms.dp = local_updates ? nullptr : dp_.get();
     comms.tied = tied_.get();
     links_.attach(&comms);
     ExecutorConfig e = ec;
@@ -417,6 +452,8 @@ TrainSummary Trainer::run() {
       swap_pool_->set_limit(pipeline_.swap_pool_bytes);
     }
     e.swap_pool = swap_pool_.get();
+    e.update_sync = replica_sync.get();
+    e.injector = injector.empty() ? nullptr : &injector;
     executor = std::make_unique<Executor>(ctx_, *model_, *store_,
                                           StageRange{stage_, S, first_layer, end_layer}, comms, e,
                                           trace.get());
@@ -452,6 +489,12 @@ TrainSummary Trainer::run() {
       0.0,   0.0};
   double train_seconds = 0.0, interval_loss = 0.0, interval_seconds = 0.0;
   int64_t interval_steps = 0, interval_samples = 0, interval_counted = 0;
+  // Local updates: this rank's step metrics since the ranks last agreed, and the sync counters
+  // at the start of the epoch.
+  std::vector<double> unagreed(4, 0.0);
+  int64_t unagreed_steps = 0;
+  SyncStats epoch_sync;
+  injector.start();
   for (int64_t step = start_step_; step < total; ++step) {
     const int64_t epoch = step / per_epoch;
     const auto step_start = Clock::now();
@@ -477,6 +520,7 @@ TrainSummary Trainer::run() {
     executor->set_loss_scale(scaler_.scale());
     StepStats stats = executor->run(program, source);
     if (step + 1 == total) executor->flush_gradients();  // --dp-delay: the last D gradients
+    if (step + 1 == total && replica_sync) replica_sync->finish();  // the mean of the replicas
     if (sync) executor->finish();
     source.release_before(sync ? step + 1 : std::max<int64_t>(0, step - 1));
     report.busy_seconds += stats.busy_seconds;
@@ -485,13 +529,34 @@ TrainSummary Trainer::run() {
     std::vector<double> m{stats.loss, static_cast<double>(stats.counted),
                           static_cast<double>(stats.skipped_steps),
                           group_ == 0 ? stats.grad_sq : 0.0};
-    world_sum(world_, &m, "step metrics");
+    const bool epoch_ends = (step + 1) % per_epoch == 0 || step + 1 == total;
+    const bool log_now =
+        (step + 1) % config_.log_every == 0 || step + 1 == total || (local_updates && epoch_ends);
+    const bool agree = !local_updates || log_now;
+    int64_t steps_agreed = 1;
+    if (local_updates) {
+      // Each group's loss is its own mean: the mean over the groups and the steps since the
+      // ranks last agreed, summed over the world only now.
+      for (size_t i = 0; i < m.size(); ++i) unagreed[i] += m[i];
+      ++unagreed_steps;
+      if (agree) {
+        m = unagreed;
+        world_sum(world_, &m, "step metrics");
+        steps_agreed = unagreed_steps;
+        m[0] /= static_cast<double>(G * steps_agreed);
+        m[3] /= static_cast<double>(steps_agreed);
+        std::fill(unagreed.begin(), unagreed.end(), 0.0);
+        unagreed_steps = 0;
+      }
+    } else {
+      world_sum(world_, &m, "step metrics");
+    }
     stats.grad_norm = std::sqrt(std::max(m[3], 0.0));
     // The step ends for every rank when the last one is done (the sum above waited for it).
     report.wall_seconds += seconds_since(step_start);
     // Async: M updates per segment, each loss the mean of its micro-batch over the groups.
-    const double loss = sync ? m[0] : m[0] / static_cast<double>(M);
-    const bool skipped = m[2] > 0;
+    const double loss = !agree ? 0.0 : sync ? m[0] : m[0] / static_cast<double>(M);
+    const bool skipped = agree && m[2] > 0;
     // Dynamic loss scaling: a non-finite gradient with a finite loss is the scaled gradient
     // overflowing: skipped like --nan-policy skip, whatever the policy, and the scale halves.
     // The first parameter with a non-finite gradient (collective: on a skipped step, every rank
@@ -530,7 +595,10 @@ TrainSummary Trainer::run() {
             << (skipped ? "training stops (--nan-policy abort)" : "training diverged")
             << ": lower --lr, set --clip-grad-norm, or --nan-policy skip to skip such steps";
       }
-      ++summary.skipped_steps;
+      // Local updates: the pipelines' skipped updates since the ranks last agreed (each counted
+      // by its S stages).
+      summary.skipped_steps +=
+          local_updates ? std::max<int64_t>(1, std::llround(m[2] / S)) : int64_t{1};
       if (rank_ == 0) {
         STRATA_LOG(WARN) << what.str() << ": update skipped (--nan-policy skip; "
                          << summary.skipped_steps << " skipped so far)";
@@ -542,9 +610,9 @@ TrainSummary Trainer::run() {
     const double dt = seconds_since(step_start);
     const int64_t samples = source.group_rows(step) * G;
     train_seconds += dt;
-    if (!skipped) {
-      interval_loss += loss;
-      ++interval_counted;
+    if (!skipped && agree) {
+      interval_loss += loss * static_cast<double>(steps_agreed);
+      interval_counted += steps_agreed;
     }
     interval_seconds += dt;
     ++interval_steps;
@@ -565,10 +633,12 @@ TrainSummary Trainer::run() {
       r.elapsed_s = train_seconds;
       r.eta_s = train_seconds / static_cast<double>(step + 1 - start_step_) *
                 static_cast<double>(total - step - 1);
+      if (replica_sync) r.sync = replica_sync->stats().since(epoch_sync);
       observer_->on_step(r);
-      if ((step + 1) % config_.log_every == 0 || step + 1 == total) observer_->on_log(r);
+      if (log_now) observer_->on_log(r);
     }
-    if ((step + 1) % config_.log_every == 0 || step + 1 == total) {
+    if (replica_sync && epoch_ends) epoch_sync = replica_sync->stats();
+    if (log_now) {
       interval_loss = interval_seconds = 0.0;
       interval_steps = interval_samples = interval_counted = 0;
     }
@@ -584,9 +654,10 @@ TrainSummary Trainer::run() {
       observer_->on_rank_step({step + 1, rank_, group_, stage_, stats.busy_seconds, dt});
     }
 
-    // Requests from outside (signals), agreed on by every rank.
+    // Requests from outside (signals), agreed on by every rank (with local updates only where the
+    // ranks meet anyway: a stop or save waits for the next log point).
     bool stop = false, save_requested = false;
-    if (config_.control != nullptr) {
+    if (config_.control != nullptr && (!local_updates || meets_after(step))) {
       Tensor c = Tensor::from_vector<int64_t>(
           {config_.control->stop.load(), config_.control->save.load()}, {2});
       if (world_ != nullptr && world_->size() > 1) {
@@ -644,6 +715,11 @@ TrainSummary Trainer::run() {
       break;
     }
   }
+  if (replica_sync) {
+    replica_sync->finish();  // a run stopped early
+    if (rank_ == 0) summary.sync = replica_sync->stats();
+  }
+  summary.injected_seconds = injector.stats().seconds;
   executor->finish();
 
   // Per-stage utilization and memory, gathered on every rank (reported by rank 0).

@@ -30,7 +30,9 @@
 #include "parallel/grouped_dp.h"
 #include "parallel/loss_scale.h"
 #include "parallel/runtime/executor.h"
+#include "parallel/runtime/injector.h"
 #include "parallel/runtime/memory_plan.h"
+#include "parallel/runtime/update_sync.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -123,6 +125,14 @@ struct PipelineConfig {
   int prefetch_layers = 2;            // swapped layers on their way back at once during a backward
   std::vector<Migration> migrations;  // by step
   MigrationMode migration = MigrationMode::kLive;
+  // With G > 1: how the replicas of a stage agree instead of the gradient all-reduce (empty: the
+  // all-reduce). Made on every rank when run() starts (parallel/runtime/update_sync.h; SDPipe and
+  // its baselines: parallel/sdpipe/sync_config.h). Each group then normalizes its loss by its own
+  // batch and updates locally, and no step waits for every pipeline: the ranks agree on metrics
+  // only at log points, epoch ends and the last step.
+  UpdateSyncFactory update_sync;
+  // --inject: slowdowns around Forward and Backward (parallel/runtime/injector.h).
+  std::vector<InjectSpec> inject;
 };
 
 // Steps that will run with this config over a dataset of `train_size` samples.
@@ -140,6 +150,8 @@ struct StepRecord {
   double eta_s = 0.0;          // training time left at the current rate
   int64_t skipped_steps = 0;   // updates skipped for a non-finite loss or gradient, so far
   double loss_scale = 0.0;     // --loss-scale: the scale of the next step (0: off)
+  // PipelineConfig::update_sync: what it did in this epoch so far (rank 0's view).
+  std::optional<SyncStats> sync;
 };
 
 struct EvalRecord {
@@ -228,6 +240,8 @@ struct TrainSummary {
   bool stopped = false;             // stopped early on a RunControl request
   std::string resumed_from;         // the checkpoint loaded, if any
   std::string last_checkpoint;      // the last checkpoint written, if any
+  std::optional<SyncStats> sync;    // PipelineConfig::update_sync: the whole run (rank 0's view)
+  double injected_seconds = 0.0;    // --inject: this rank's sleeps
 };
 
 // Makes the whole model (every rank builds it and keeps its stage's layers' parameters).

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 namespace strata::tools {
 
@@ -62,12 +63,23 @@ void ConsoleReporter::on_log(const parallel::StepRecord& r) {
     const size_t used = std::strlen(extra);
     std::snprintf(extra + used, sizeof(extra) - used, " | loss scale %g", r.loss_scale);
   }
+  std::string sync;  // --sync other than allreduce: this epoch's decisions so far
+  if (r.sync) {
+    char text[160];
+    std::snprintf(text, sizeof(text),
+                  " | sync: mean group %.2f of %lld, waits %lld, skipped %lld, stale %lld",
+                  r.sync->mean_group(), static_cast<long long>(r.sync->groups),
+                  static_cast<long long>(r.sync->enforcement_waits),
+                  static_cast<long long>(r.sync->skipped_validations),
+                  static_cast<long long>(r.sync->staleness_waits));
+    sync = text;
+  }
   std::fprintf(out_,
                "step %lld/%lld | epoch %s | loss %.4f | lr %.2e | grad_norm %.3f | %.0f samples/s"
-               " | elapsed %s | eta %s%s\n",
+               " | elapsed %s | eta %s%s%s\n",
                static_cast<long long>(r.step), static_cast<long long>(r.total_steps), epoch, r.loss,
                r.lr, r.grad_norm, r.samples_per_s, format_duration(r.elapsed_s).c_str(),
-               format_duration(r.eta_s).c_str(), extra);
+               format_duration(r.eta_s).c_str(), extra, sync.c_str());
   std::fflush(out_);
   if (metrics_ != nullptr) {
     nlohmann::json record = {{"type", "train"},
@@ -80,6 +92,13 @@ void ConsoleReporter::on_log(const parallel::StepRecord& r) {
                              {"elapsed_s", r.elapsed_s},
                              {"skipped", r.skipped_steps}};
     if (r.loss_scale > 0) record["loss_scale"] = r.loss_scale;
+    if (r.sync) {  // the epoch so far
+      record["sync_groups"] = r.sync->groups;
+      record["sync_mean_group"] = r.sync->mean_group();
+      record["sync_enforcement_waits"] = r.sync->enforcement_waits;
+      record["sync_skipped_validations"] = r.sync->skipped_validations;
+      record["sync_staleness_waits"] = r.sync->staleness_waits;
+    }
     metrics_->write(record);
   }
 }

@@ -33,6 +33,8 @@
 #include "parallel/checkpointing.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/partition/partition.h"
+#include "parallel/runtime/injector.h"
+#include "parallel/sdpipe/sync_config.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
 #include "tools/common.h"
@@ -141,6 +143,7 @@ struct Setup {
   parallel::PipelineConfig pipeline;
   int64_t total_steps = 0;
   TrainReportsConfig reports;  // --tensorboard, --sample-every
+  parallel::sdpipe::SyncConfig sync;
 };
 
 std::vector<std::pair<size_t, size_t>> to_ranges(const parallel::Partition& partition) {
@@ -196,8 +199,9 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
           ? o.partition
           : "auto, " + o.partitioner + (s.partition_note.empty() ? "" : ": " + s.partition_note);
   const std::string grad_sync =
-      p.groups == 1
-          ? "none (one group)"
+      p.groups == 1 ? "none (one group)"
+      : s.sync.kind != parallel::sdpipe::SyncKind::kAllReduce
+          ? parallel::sdpipe::describe_sync(s.sync, p.groups)
           : "all-reduce over " + std::to_string(p.groups) + " groups, overlap " + o.dp_overlap +
                 ", buckets " +
                 (o.dp_bucket_mb > 0 ? format_number(o.dp_bucket_mb) + " MiB" : "per stage") +
@@ -230,6 +234,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
                         std::to_string(o.batch_size / p.groups / p.micro_batches)},
        {"partition", p.stages == 1 ? "all layers" : partition + " (" + how + ")"},
        {"gradient sync", grad_sync},
+       {"inject", o.inject.empty() ? "none" : o.inject},
        {"memory", s.memory_line},
        {"migrations", p.migrations.empty() ? "none" : describe_migrations(s, o)},
        {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
@@ -404,6 +409,27 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   }
   if (!o.trace.empty()) std::printf("; trace %s", o.trace.c_str());
   std::printf("\n");
+  if (summary.sync) {
+    const parallel::SyncStats& y = *summary.sync;
+    std::printf(
+        "sync %s: %lld group syncs, mean group %.2f replicas, %lld enforcement waits, %lld "
+        "skipped validations, %lld staleness waits\n",
+        o.sync.c_str(), static_cast<long long>(y.groups), y.mean_group(),
+        static_cast<long long>(y.enforcement_waits), static_cast<long long>(y.skipped_validations),
+        static_cast<long long>(y.staleness_waits));
+    if (metrics != nullptr) {
+      metrics->write({{"type", "sync"},
+                      {"sync", o.sync},
+                      {"groups", y.groups},
+                      {"mean_group", y.mean_group()},
+                      {"enforcement_waits", y.enforcement_waits},
+                      {"skipped_validations", y.skipped_validations},
+                      {"staleness_waits", y.staleness_waits}});
+    }
+  }
+  if (summary.injected_seconds > 0) {
+    std::printf("--inject: rank 0 slept %.3f s\n", summary.injected_seconds);
+  }
   const int64_t skipped_train = setup.train->skipped_samples();
   const int64_t skipped_test = setup.test->skipped_samples();
   if (skipped_train + skipped_test > 0) {
@@ -508,6 +534,25 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   p.grad_sync.bucket_mb = o.dp_bucket_mb;
   p.grad_sync.delay = o.dp_delay;
   parallel::check_grad_sync(p.grad_sync);
+  parallel::sdpipe::SyncConfig& sync = s.sync;
+  sync.kind = parallel::sdpipe::parse_sync(o.sync);
+  parallel::sdpipe::parse_sync_window(o.sync_window, &sync);
+  sync.history = o.sync_history;
+  sync.token = o.sync_token == "on";
+  sync.async_query = o.sync_query == "async";
+  sync.trace = o.sync_trace;
+  sync.staleness = o.ssp_staleness;
+  const bool local_updates = sync.kind != parallel::sdpipe::SyncKind::kAllReduce;
+  STRATA_CHECK(!local_updates || p.groups > 1)
+      << "--sync " << o.sync << " synchronizes the replicas of several data-parallel groups, but "
+      << "there is one group (use --groups > 1)";
+  STRATA_CHECK(o.sync_trace.empty() || sync.kind == parallel::sdpipe::SyncKind::kSdpipe)
+      << "--sync-trace records the decisions of SDPipe's scheduler: it needs --sync sdpipe";
+  STRATA_CHECK(!local_updates || p.migrations.empty())
+      << "--migrate-at with --sync " << o.sync << ": moving layers while the replicas average "
+      << "their weights is not supported (use --sync allreduce)";
+  p.update_sync = parallel::sdpipe::make_update_sync_factory(sync);
+  p.inject = parallel::parse_inject(o.inject);
   STRATA_CHECK(o.dp_delay == 0 || p.groups > 1)
       << "--dp-delay " << o.dp_delay << " delays the all-reduce across data-parallel groups, "
       << "but there is one group (use --groups > 1)";
@@ -566,6 +611,9 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   opt.momentum = o.momentum;
   opt.nesterov = o.nesterov;
   opt.clip_grad_norm = o.clip_grad_norm;
+  // adamw-vr: the variance of a replica's own gradient, against the mean of G (1 when the
+  // gradients are all-reduced already).
+  opt.variance_scale = local_updates ? 1.0 / p.groups : 1.0;
   opt.schedule.kind = ops::parse_lr_schedule(o.lr_schedule);
   opt.schedule.base_lr = o.lr;
   opt.schedule.warmup_steps = o.warmup_steps;

@@ -85,6 +85,15 @@ struct TrainOptions {
   std::string dp_overlap = "on";
   double dp_bucket_mb = 25.0;
   int dp_delay = 0;
+  // How the replicas of a stage agree across the groups (parallel/sdpipe/sync_config.h).
+  std::string sync = "allreduce";  // allreduce | sdpipe | adpsgd | ps-ssp
+  std::string sync_window = "auto";
+  int sync_history = 10;
+  std::string sync_token = "on";
+  std::string sync_query = "async";
+  std::string sync_trace;
+  int ssp_staleness = 3;
+  std::string inject;  // parallel/runtime/injector.h
   bool local = false;
   std::string comm = "auto";    // auto | mpi | nccl: what carries tensors between MPI processes
   double comm_timeout = 300.0;  // seconds

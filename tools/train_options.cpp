@@ -13,7 +13,9 @@
 #include "parallel/gropipe/preset.h"
 #include "parallel/loss_scale.h"
 #include "parallel/partition/projection.h"
+#include "parallel/runtime/injector.h"
 #include "parallel/schedule/schedule.h"
+#include "parallel/sdpipe/sync_config.h"
 #include "parallel/trainer.h"
 #include "tools/common.h"
 #include "tools/train_command.h"
@@ -50,7 +52,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--batch-size", o.batch_size,
                   "Global batch size (split across data-parallel groups and micro-batches)");
   cmd->add_option("--lr", o.lr, "Peak learning rate");
-  cmd->add_option("--optimizer", o.optimizer, "Optimizer: sgd, adamw");
+  cmd->add_option("--optimizer", o.optimizer,
+                  "Optimizer: sgd, adamw, adamw-vr (AdamW whose second moment is rebuilt from the "
+                  "gradient's variance / G, for --sync other than allreduce: SDPipe's variance "
+                  "reduction)");
   cmd->add_option("--momentum", o.momentum, "SGD momentum");
   cmd->add_flag("--nesterov", o.nesterov, "SGD with Nesterov momentum");
   cmd->add_option("--weight-decay", o.weight_decay,
@@ -189,6 +194,42 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--dp-delay", o.dp_delay,
                   "Apply the all-reduced gradient D steps late so the all-reduce may span whole "
                   "steps (stale gradients; 0 = synchronous; needs --groups > 1 and gpipe/1f1b)");
+  cmd->add_option("--sync", o.sync,
+                  "How the replicas of a stage agree across the groups: allreduce (all-reduce of "
+                  "the gradients every step), sdpipe (local update, then averaging within groups "
+                  "that SDPipe's scheduler on rank 0 forms from the replicas ready within "
+                  "--sync-window), adpsgd (local update, then averaging with a random peer), "
+                  "ps-ssp (local updates through a parameter server on rank 0, --ssp-staleness); "
+                  "all but allreduce average the replicas at the end of the run")
+      ->check(CLI::IsMember({"allreduce", "sdpipe", "adpsgd", "ps-ssp"}));
+  cmd->add_option("--sync-window", o.sync_window,
+                  "sdpipe: the window T in seconds within which ready replicas form a group; auto "
+                  "(the iteration time / G, widened while groups are too small) or inf (every "
+                  "replica: all-reduce)");
+  cmd->add_option("--sync-history", o.sync_history,
+                  "sdpipe: every group must connect all replicas with the P - 1 groups of its "
+                  "stage before it, else it waits for more (0 = no check)");
+  cmd->add_option("--sync-token", o.sync_token,
+                  "sdpipe: the cross-stage enforcement token (only one stage at a time holds a "
+                  "group back to connect it; off can deadlock, for experiments)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--sync-query", o.sync_query,
+                  "sdpipe: ask the scheduler when the step's last backward starts (async) or "
+                  "after the local update (blocking)")
+      ->check(CLI::IsMember({"async", "blocking"}));
+  cmd->add_option("--sync-trace", o.sync_trace,
+                  "sdpipe: write every READY and group decision here (JSON Lines), to replay and "
+                  "check a run's decisions offline");
+  cmd->add_option("--ssp-staleness", o.ssp_staleness,
+                  "ps-ssp: a replica pulls the weights of its clock c once the slowest replica of "
+                  "its stage has pushed clock c - s");
+  cmd->add_option("--inject", o.inject,
+                  "Slowdowns for experiments: specs separated by ';', e.g. "
+                  "\"kind=straggler,p=0.1,delay=0.3\" (each rank sleeps 0.3 s with probability "
+                  "0.1 before each forward and backward, seeded; op=iteration: once per step, "
+                  "op=forward|backward: only those) or \"kind=trace,file=F\" (replay "
+                  "per-rank speed over time: lines 'rank seconds fraction'); keys rank=, from=, "
+                  "to= (steps from 1) limit where it applies");
   cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
   cmd->add_option("--comm", o.comm,
                   "What carries tensors between MPI processes: nccl (CUDA tensors over NCCL, host "
@@ -345,6 +386,13 @@ void check_train_flags(const TrainOptions& o) {
   STRATA_CHECK(o.micro_batches >= 1) << "--micro-batches must be >= 1, got " << o.micro_batches;
   STRATA_CHECK(o.comm_timeout > 0) << "--comm-timeout must be > 0 seconds, got " << o.comm_timeout;
   STRATA_CHECK(o.dp_delay >= 0) << "--dp-delay must be >= 0, got " << o.dp_delay;
+  STRATA_CHECK(o.sync_history >= 0)
+      << "--sync-history must be >= 0 (0 = no check), got " << o.sync_history;
+  STRATA_CHECK(o.ssp_staleness >= 0) << "--ssp-staleness must be >= 0, got " << o.ssp_staleness;
+  for_flag("--sync", [&] { return parallel::sdpipe::parse_sync(o.sync); });
+  parallel::sdpipe::SyncConfig window;
+  parallel::sdpipe::parse_sync_window(o.sync_window, &window);
+  parallel::parse_inject(o.inject);
   STRATA_CHECK(o.dp_bucket_mb >= 0) << "--dp-bucket-mb must be >= 0, got " << o.dp_bucket_mb;
   STRATA_CHECK(o.bandwidth_gbps > 0) << "--bandwidth must be > 0, got " << o.bandwidth_gbps;
   STRATA_CHECK(std::isfinite(o.ampa_threshold) && o.ampa_threshold >= 0)

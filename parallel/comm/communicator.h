@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/check.h"
 #include "engine/tensor.h"
@@ -84,6 +85,14 @@ class Communicator {
   // Ranks with the same color form a new communicator, ordered by key (then by old rank). Every
   // rank must call it (collective). A negative color gives a null result for that rank.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // A communicator of `members` (distinct ranks of this communicator, in the new rank order),
+  // collective over those ranks only: each of them calls it with the same list and tag (0 <= tag
+  // < 32768), the other ranks do not take part. Calls on disjoint sets of members may run at the
+  // same time; calls that share a rank must be made in the same order by every rank they share.
+  // The members first meet with this communicator's timeout, so a peer that is gone gives
+  // CommTimeout. The result inherits the timeout (and the caller stream). Backends that cannot
+  // (nccl alone, without its MPI half) throw strata::Error.
+  virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& members, int tag);
 
   // CUDA tensors and streams. A backend that moves CUDA tensors as device work on a stream of its
   // own (nccl) is stream-ordered: each operation is ordered, by events and without host
@@ -104,6 +113,11 @@ class Communicator {
  private:
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
 };
+
+// Throws strata::Error unless `members` are distinct ranks of a communicator of `size` ranks
+// that include `rank`, and 0 <= tag < 32768 (the backends' common check of subgroup()).
+void check_subgroup(const std::vector<int>& members, int tag, int rank, int size,
+                    const std::string& backend);
 
 // Waits for a request with the communicator's timeout.
 inline void wait(Request& r, const Communicator& comm, const std::string& what) {

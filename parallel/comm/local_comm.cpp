@@ -76,6 +76,12 @@ struct Collective {
   std::vector<int> sub_rank;
 };
 
+// A subgroup() being formed: its members arrive one by one (keyed by members and tag).
+struct PendingSubgroup {
+  std::shared_ptr<WorldState> sub;
+  int arrived = 0;
+};
+
 struct WorldState {
   std::shared_ptr<Family> family;
   int size = 0;
@@ -84,6 +90,7 @@ struct WorldState {
   std::map<std::tuple<int, int, int>, Channel> channels;  // (source, destination, tag)
   std::vector<int64_t> next_collective;                   // per rank
   std::map<int64_t, std::shared_ptr<Collective>> open;    // slots not every rank has posted to
+  std::map<std::pair<std::vector<int>, int>, std::shared_ptr<PendingSubgroup>> subgroups;
 };
 
 namespace {
@@ -656,6 +663,42 @@ std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
   }
   if (color < 0) return nullptr;
   std::unique_ptr<LocalCommunicator> sub(new LocalCommunicator(c->sub[rank_], c->sub_rank[rank_]));
+  sub->set_timeout(timeout());
+  return sub;
+}
+
+std::unique_ptr<Communicator> LocalCommunicator::subgroup(const std::vector<int>& members,
+                                                          int tag) {
+  check_subgroup(members, tag, rank_, size(), "local");
+  // The first member to arrive makes the sub-world; the last one takes the entry away, so that
+  // the same members and tag may meet again later for a new one. Every member waits for all.
+  std::shared_ptr<local_detail::PendingSubgroup> pending;
+  std::ostringstream name;
+  name << (state_->name.empty() ? std::string("the local world") : state_->name) << " / subgroup(";
+  for (size_t i = 0; i < members.size(); ++i) name << (i ? "," : "") << members[i];
+  name << ", tag " << tag << ")";
+  const std::string what = name.str();
+  std::unique_lock<std::mutex> lock(state_->family->mutex);
+  local_detail::throw_if_aborted(*state_, rank_, "posting", what);
+  auto& slot = state_->subgroups[{members, tag}];
+  if (!slot) {
+    slot = std::make_shared<local_detail::PendingSubgroup>();
+    std::vector<int> root_ranks;
+    for (int m : members) root_ranks.push_back(state_->root_ranks[m]);
+    slot->sub = local_detail::make_world(state_->family, root_ranks, what);
+  }
+  pending = slot;
+  if (++pending->arrived == static_cast<int>(members.size())) {
+    state_->subgroups.erase({members, tag});
+    state_->family->changed.notify_all();
+  }
+  local_detail::block_until(lock, *state_, rank_, timeout(), local_detail::Clock::now(),
+                            "the other members of " + what, "subgroup",
+                            [&] { return pending->arrived == static_cast<int>(members.size()); });
+  lock.unlock();
+  const int sub_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  std::unique_ptr<LocalCommunicator> sub(new LocalCommunicator(pending->sub, sub_rank));
   sub->set_timeout(timeout());
   return sub;
 }

@@ -17,7 +17,8 @@
 //   claim, and each element is reduced in rank order (x0 + x1 + ... + x(N-1)), so the result is
 //   bitwise identical on every rank and from run to run, whoever computes it. A rank's wait never
 //   depends on another rank waiting, only on every rank having posted.
-// - split() is collective over the parent world; sub-worlds share the parent's abort state.
+// - split() is collective over the parent world, subgroup() over its members only; sub-worlds
+//   share the parent's abort state.
 // - Abort: when a rank fails, LocalWorld::abort (or LocalCommunicator::abort) marks the whole
 //   family (the root world and every sub-world) failed; every wait that has not completed, on
 //   any rank of the family, then throws CommAborted naming the failed rank (as a rank of the
@@ -56,6 +57,8 @@ class LocalCommunicator final : public Communicator {
   void barrier(const std::string& what) override;
   // The sub-communicator (a LocalCommunicator) inherits this communicator's timeout.
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // Collective over `members` only (Communicator::subgroup); a sub-world of the same family.
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& members, int tag) override;
 
   // Marks the world family failed on behalf of this rank (see LocalWorld::abort).
   void abort(const std::string& message);

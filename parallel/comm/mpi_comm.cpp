@@ -463,6 +463,41 @@ NodeRanks MpiCommunicator::node_ranks() {
   return result;
 }
 
+std::unique_ptr<Communicator> MpiCommunicator::subgroup(const std::vector<int>& members, int tag) {
+  check_subgroup(members, tag, rank_, size_, "mpi");
+  std::string list;
+  for (int m : members) list += (list.empty() ? "" : ",") + std::to_string(m);
+  const std::string what = "subgroup({" + list + "}, tag " + std::to_string(tag) + ")";
+  check_thread(what);
+  // MPI_Comm_create_group blocks without a deadline: the members first exchange a byte with
+  // every other member (tag `tag`), so a member that is gone gives CommTimeout instead.
+  std::vector<Tensor> in;
+  std::vector<std::unique_ptr<Request>> requests;
+  const Tensor out = Tensor::zeros({1}, DType::kU8);
+  for (int m : members) {
+    if (m == rank_) continue;
+    in.push_back(Tensor::zeros({1}, DType::kU8));
+    requests.push_back(irecv(in.back(), m, tag));
+    requests.push_back(isend(out, m, tag));
+  }
+  for (auto& r : requests) r->wait(timeout(), "the other members of " + what);
+  MPI_Group parent, group;
+  STRATA_MPI_CHECK(MPI_Comm_group(comm_, &parent));
+  const int status =
+      MPI_Group_incl(parent, static_cast<int>(members.size()), members.data(), &group);
+  MPI_Group_free(&parent);
+  STRATA_MPI_CHECK(status);
+  MPI_Comm sub = MPI_COMM_NULL;
+  const int created = MPI_Comm_create_group(comm_, group, tag, &sub);
+  MPI_Group_free(&group);
+  STRATA_MPI_CHECK(created);
+  STRATA_CHECK(sub != MPI_COMM_NULL)
+      << "mpi comm " << who() << ": " << what << " gave no communicator";
+  auto result = std::make_unique<MpiCommunicator>(sub, true);
+  result->set_timeout(timeout());
+  return result;
+}
+
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   const std::string what =
       "split(color " + std::to_string(color) + ", key " + std::to_string(key) + ")";

@@ -45,6 +45,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/comm/communicator.h"
 
@@ -108,6 +109,8 @@ class MpiCommunicator final : public Communicator {
   void barrier(const std::string& what) override;
   // The sub-communicator (an MpiCommunicator) inherits this communicator's timeout.
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // MPI_Comm_create_group over the members (after they exchange a byte with the timeout).
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& members, int tag) override;
 
   // The ranks of this communicator on this process's node (MPI_Comm_split_type shared),
   // collective: the ranks first meet in a barrier with the communicator's timeout.

@@ -311,6 +311,8 @@ void NcclCommunicator::set_caller_stream(void* stream) {
   state_->caller_stream = static_cast<cudaStream_t>(stream);
 }
 
+void* NcclCommunicator::caller_stream() const { return state_->caller_stream; }
+
 std::unique_ptr<Request> NcclCommunicator::isend(const Tensor& t, int peer, int tag) {
   const std::string op = "isend to rank " + std::to_string(peer) + ", tag " + std::to_string(tag);
   state_->check_usable(op);
@@ -489,6 +491,19 @@ std::unique_ptr<Communicator> NcclMpiCommunicator::split(int color, int key) {
   std::unique_ptr<NcclMpiCommunicator> result(
       new NcclMpiCommunicator(std::move(mpi), std::move(nccl)));
   result->set_timeout(timeout());
+  return result;
+}
+
+std::unique_ptr<Communicator> NcclMpiCommunicator::subgroup(const std::vector<int>& members,
+                                                            int tag) {
+  host_->set_timeout(timeout());
+  std::unique_ptr<Communicator> host = host_->subgroup(members, tag);
+  std::unique_ptr<MpiCommunicator> mpi(static_cast<MpiCommunicator*>(host.release()));
+  auto nccl = std::make_unique<NcclCommunicator>(*mpi, device_->device());
+  std::unique_ptr<NcclMpiCommunicator> result(
+      new NcclMpiCommunicator(std::move(mpi), std::move(nccl)));
+  result->set_timeout(timeout());
+  result->set_caller_stream(device_->caller_stream());
   return result;
 }
 

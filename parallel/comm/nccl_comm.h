@@ -39,6 +39,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/device.h"
 #include "parallel/comm/communicator.h"
@@ -81,6 +82,7 @@ class NcclCommunicator final : public Communicator {
   // enqueued on it when they are launched.
   bool stream_ordered() const override { return true; }
   void set_caller_stream(void* stream) override;
+  void* caller_stream() const;
   Device device() const;
   // The communicator's own stream (a cudaStream_t).
   void* stream() const;
@@ -125,6 +127,9 @@ class NcclMpiCommunicator final : public Communicator {
   void barrier(const std::string& what) override;
   // Both halves, with this communicator's timeout and caller stream.
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // The MPI half's subgroup, then a new NCCL communicator over it (ncclCommInitRank with a
+  // unique id from the first member), with this communicator's timeout and caller stream.
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& members, int tag) override;
 
   bool stream_ordered() const override { return true; }
   void set_caller_stream(void* stream) override { device_->set_caller_stream(stream); }

@@ -96,6 +96,11 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
         << "holds no tied parameter";
   }
   check_grad_sync(config.grad_sync);
+  STRATA_CHECK(config.update_sync == nullptr ||
+               (is_synchronous(config.kind) && (comms.dp == nullptr || comms.dp->size() == 1)))
+      << "executor: stage " << range.stage << ": a replica synchronization ("
+      << config.update_sync->name() << ") needs a synchronous schedule and replaces the "
+      << "data-parallel gradient all-reduce";
   STRATA_CHECK(config.grad_sync.delay == 0 || is_synchronous(config.kind))
       << "--dp-delay " << config.grad_sync.delay << " needs a synchronous schedule (gpipe or "
       << "1f1b); " << schedule_name(config.kind) << " already updates without a flush";
@@ -198,6 +203,9 @@ void Executor::backward(int64_t mb, bool last_of_update) {
   STRATA_CHECK(it != in_flight_.end() && it->second->awaiting_backward)
       << "executor: Backward(mb " << mb << ") on stage " << range_.stage << " before its Forward";
   InFlight& f = *it->second;
+  if (last_of_update && config_.update_sync != nullptr) {
+    config_.update_sync->last_backward_begins(updates_);
+  }
   const TensorList grads = last_stage() ? TensorList{f.dlogits} : std::move(f.grad_outputs);
   // Weight stashing: run the backward on the weights the forward saw.
   Tensor current;
@@ -265,6 +273,11 @@ void Executor::optimizer_step(StepStats* stats) {
     }
   }
   apply_update(stats);
+  if (config_.update_sync != nullptr) {  // the local update is done: now the replicas meet
+    const auto start = Clock::now();
+    config_.update_sync->after_update(updates_ - 1);
+    collective_seconds_ += seconds_since(start);
+  }
 }
 
 void Executor::apply_update(StepStats* stats) {
@@ -381,6 +394,11 @@ void Executor::execute(const Instruction& in, MicroBatchSource& source, StepStat
 void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepStats* stats) {
   const auto start = Clock::now();
   const double collective_before = collective_seconds_;
+  const bool inject =
+      config_.injector != nullptr && (in.op == OpCode::kForward || in.op == OpCode::kBackward);
+  const int64_t step = inject ? source.info(in.micro_batch).step : 0;
+  if (inject) config_.injector->before(in.op, step, in.micro_batch);
+  const auto op_start = Clock::now();
   switch (in.op) {
     case OpCode::kRecvAct:
       state(in.micro_batch).inputs = transfers_.receive(in, source);
@@ -426,6 +444,7 @@ void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepS
       memory_.prefetch(in.micro_batch);
       break;
   }
+  if (inject) config_.injector->after(in.op, step, in.micro_batch, seconds_since(op_start));
   // Time blocked in a collective waits for the other ranks: it is not work.
   const double seconds = seconds_since(start) - (collective_seconds_ - collective_before);
   if (is_compute(in.op)) stats->busy_seconds += seconds;

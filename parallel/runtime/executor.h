@@ -15,6 +15,9 @@
 // executor stashes a copy of the weights whenever a version is still needed by a micro-batch in
 // flight, and swaps it in for the backward (PipeDream's weight stashing).
 //
+// Instead of the all-reduce, an UpdateSync (ExecutorConfig::update_sync) may bring the replicas
+// together after each local update (SDPipe, parallel/sdpipe/).
+//
 // Gradients across data-parallel groups (parallel/grouped_dp.h): with G > 1 the executor's
 // GroupedDp all-reduces the stage's gradients bucket by bucket. The last Backward before a
 // ReduceGrads (the step's last backward pass on this stage) carries a per-layer hook that
@@ -59,10 +62,12 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/grouped_dp.h"
 #include "parallel/runtime/copy_engine.h"
+#include "parallel/runtime/injector.h"
 #include "parallel/runtime/memory_plan.h"
 #include "parallel/runtime/micro_batch_source.h"
 #include "parallel/runtime/stage_memory.h"
 #include "parallel/runtime/stage_transfers.h"
+#include "parallel/runtime/update_sync.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -92,6 +97,13 @@ struct ExecutorConfig {
   // swapped layers are on their way back at once during a backward.
   Allocator* swap_pool = nullptr;
   int prefetch_layers = 2;
+  // Replaces the data-parallel gradient all-reduce when set (not owned; synchronous schedules,
+  // no data-parallel communicator): called when each update's last Backward begins and after
+  // each OptimizerStep's local update (parallel/runtime/update_sync.h: SDPipe and its baselines).
+  UpdateSync* update_sync = nullptr;
+  // --inject (not owned; may be null): called before and after every Forward and Backward
+  // (parallel/runtime/injector.h).
+  Injector* injector = nullptr;
 };
 
 struct StepStats {

@@ -97,8 +97,11 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
                                                         (gpipe ? 0.0 : first_window));
     if (policy(j) == MemoryPolicy::kSwap) swapping_out += layers[j].saved_bytes;
   }
+  // A backward can start while the swap-outs of the forward before it are still on their way out
+  // (the runtime drains them only before the next forward, so that the copies overlap this
+  // backward): every backward layer's transient counts one micro-batch's swapped bytes.
   for (size_t j = 0; j < n; ++j) {
-    double extra = 0.0;
+    double extra = swapping_out;
     if (policy(j) == MemoryPolicy::kRecompute) {
       // The backward of a segment's last layer runs with the whole segment replayed.
       size_t a = j;

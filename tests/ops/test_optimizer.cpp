@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -311,6 +312,88 @@ TEST(ClipGradNorm, LeavesSmallAndNonFiniteNormsAlone) {
   EXPECT_TRUE(std::isinf(ops::clip_grad_norm(ctx, {other, inf}, 1.0)));
   EXPECT_EQ(other.to_vector<double>()[0], 100.0);
   expect_error([&] { ops::clip_grad_norm(ctx, {g}, 0.0); }, {"clip_grad_norm", "max_norm"});
+}
+
+// Variance-reduced AdamW (SDPipe, papers/sdpipe.md Sec. 5 item 11).
+ops::AdamWVrOptions adamw_vr(double lr, double b1, double b2, double wd, double scale) {
+  ops::AdamWVrOptions o;
+  o.adam = adamw(lr, b1, b2, 1e-8, wd);
+  o.variance_scale = scale;
+  return o;
+}
+
+// With variance_scale 1 it is AdamW (its extra moment aside), to rounding.
+TEST(AdamWVr, WithScaleOneIsAdamW) {
+  for (DType dtype : {DType::kF64, DType::kF32}) {
+    ExecContext ctx;
+    const Tensor p = random_tensor({50}, 3, -1, 1, dtype), q = p.clone();
+    const Tensor m = Tensor::zeros({50}, dtype), v = Tensor::zeros({50}, dtype);
+    const Tensor m2 = Tensor::zeros({50}, dtype), ma = m.clone(), va = v.clone();
+    for (int64_t t = 1; t <= 8; ++t) {
+      const Tensor g = random_tensor({50}, 300 + t, -2, 2, dtype);
+      ops::adamw_vr_step(ctx, p, g, m, v, m2, adamw_vr(1e-2, 0.9, 0.999, 0.01, 1.0), t);
+      ops::adamw_step(ctx, q, g, ma, va, adamw(1e-2, 0.9, 0.999, 1e-8, 0.01), t);
+    }
+    const double tol = dtype == DType::kF64 ? 1e-12 : 1e-6;
+    EXPECT_TRUE(all_close(p, q, tol, tol));
+    EXPECT_TRUE(all_close(m, ma, 0, 0));
+    EXPECT_TRUE(all_close(v, va, 0, 0));
+  }
+}
+
+// A constant gradient has no variance: whatever the scale, the step is AdamW's (vs == vh).
+TEST(AdamWVr, ConstantGradientKeepsTheSecondMoment) {
+  ExecContext ctx;
+  const Tensor p = vec({1.0, -2.0, 0.5}), q = p.clone();
+  const Tensor g = vec({0.3, -0.7, 2.0});
+  const Tensor m = vec({0, 0, 0}), v = vec({0, 0, 0}), m2 = vec({0, 0, 0});
+  const Tensor ma = m.clone(), va = v.clone();
+  for (int64_t t = 1; t <= 20; ++t) {
+    ops::adamw_vr_step(ctx, p, g, m, v, m2, adamw_vr(1e-2, 0.9, 0.99, 0.0, 0.25), t);
+    ops::adamw_step(ctx, q, g, ma, va, adamw(1e-2, 0.9, 0.99, 1e-8, 0.0), t);
+  }
+  EXPECT_TRUE(all_close(p, q, 1e-12, 1e-12));
+}
+
+// i.i.d. noise around a mean: the rebuilt second moment is about mean^2 + var / N, seen through
+// the step size: a single element, after many steps, moves by lr mh / sqrt(vs).
+TEST(AdamWVr, NoiseIsScaledByOneOverN) {
+  const double mean = 0.5, sd = 2.0, b2 = 0.999;
+  const int64_t steps = 20000;
+  for (double n : {1.0, 4.0, 16.0}) {
+    ExecContext ctx;
+    const Tensor p = vec({0.0}), m = vec({0}), v = vec({0}), m2 = vec({0});
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> noise(mean, sd);
+    double before = 0;
+    for (int64_t t = 1; t <= steps; ++t) {
+      before = p.item<double>();
+      ops::adamw_vr_step(ctx, p, vec({noise(rng)}), m, v, m2, adamw_vr(1.0, 0.0, b2, 0.0, 1.0 / n),
+                         t);
+    }
+    // beta1 = 0: mh = g of the last step; the step was g / sqrt(vs). Rebuild vs from m2 and v.
+    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(steps));
+    const double mh = m2.item<double>() / bc2, vh = v.item<double>() / bc2;
+    const double vs = mh * mh + (vh - mh * mh) / n;
+    EXPECT_NEAR(mh, mean, 0.3);
+    EXPECT_NEAR(vh - mh * mh, sd * sd, 0.6);
+    EXPECT_NEAR(vs, mean * mean + sd * sd / n, 0.6 / n + 0.3);
+    const double last_g = m.item<double>();
+    EXPECT_NEAR(before - p.item<double>(), last_g / (std::sqrt(vs) + 1e-8), 1e-9);
+  }
+}
+
+TEST(AdamWVr, RejectsBadArguments) {
+  ExecContext ctx;
+  const Tensor p = vec({1, 2}), g = vec({1, 1}), m = vec({0, 0}), v = vec({0, 0});
+  expect_error(
+      [&] { ops::adamw_vr_step(ctx, p, g, m, v, vec({0}), adamw_vr(0.1, 0.9, 0.99, 0, 1), 1); },
+      {"adamw_vr_step", "m2 has shape (1,)"});
+  expect_error(
+      [&] {
+        ops::adamw_vr_step(ctx, p, g, m, v, vec({0, 0}), adamw_vr(0.1, 0.9, 0.99, 0, 0), 1);
+      },
+      {"adamw_vr_step", "options.variance_scale"});
 }
 
 }  // namespace

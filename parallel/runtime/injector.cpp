@@ -1,0 +1,278 @@
+// --inject: the parser of the shared syntax, and the kinds this runtime injects itself.
+//
+// Draws. A straggler's draw must not depend on timing or on the order in which threads run, so it
+// is a hash of (seed, rank, step, micro-batch, instruction), splitmix64's finalizer applied to
+// each field in turn: the same run draws the same sleeps, and so does a run with other kinds of
+// injection added.
+#include "parallel/runtime/injector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "engine/check.h"
+
+namespace strata::parallel {
+namespace {
+
+// The kinds and the keys each takes besides kind, rank, from and to. A new kind is a row here and
+// a case in Injector (or in whatever component handles it, which can read InjectSpec::values).
+struct KindKeys {
+  const char* kind;
+  std::vector<std::string> keys;
+};
+const std::vector<KindKeys>& kinds() {
+  static const std::vector<KindKeys> k = {
+      {"straggler", {"p", "delay", "seed", "op"}},
+      {"trace", {"file"}},
+  };
+  return k;
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  if (!s.empty() && s.back() == sep) out.push_back("");
+  return out;
+}
+
+int64_t parse_int(const InjectSpec& spec, const std::string& key) {
+  const std::string& v = spec.values.at(key);
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  STRATA_CHECK(used == v.size() && !v.empty())
+      << "--inject \"" << spec.text << "\": " << key << "=" << v << " is not an integer";
+  return x;
+}
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+double InjectSpec::number(const std::string& key, double fallback) const {
+  auto it = values.find(key);
+  if (it == values.end()) return fallback;
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  STRATA_CHECK(used == it->second.size() && !it->second.empty() && std::isfinite(x))
+      << "--inject \"" << text << "\": " << key << "=" << it->second << " is not a number";
+  return x;
+}
+
+std::string InjectSpec::string(const std::string& key, const std::string& fallback) const {
+  auto it = values.find(key);
+  return it == values.end() ? fallback : it->second;
+}
+
+bool InjectSpec::applies(int rank_here, int64_t step) const {
+  return (rank < 0 || rank == rank_here) && step >= from && step <= to;
+}
+
+std::vector<InjectSpec> parse_inject(const std::string& text) {
+  std::vector<InjectSpec> specs;
+  for (const std::string& part : split(text, ';')) {
+    const std::string spec_text = trim(part);
+    if (spec_text.empty()) continue;
+    InjectSpec spec;
+    spec.text = spec_text;
+    for (const std::string& item : split(spec_text, ',')) {
+      const std::string kv = trim(item);
+      const size_t eq = kv.find('=');
+      STRATA_CHECK(eq != std::string::npos && eq > 0)
+          << "--inject \"" << spec_text << "\": expected key=value, got \"" << kv << "\"";
+      const std::string key = trim(kv.substr(0, eq)), value = trim(kv.substr(eq + 1));
+      STRATA_CHECK(spec.values.count(key) == 0)
+          << "--inject \"" << spec_text << "\": " << key << " is given twice";
+      spec.values[key] = value;
+    }
+    STRATA_CHECK(spec.has("kind")) << "--inject \"" << spec_text << "\": no kind= (valid: " << [] {
+      std::string v;
+      for (const KindKeys& k : kinds()) v += (v.empty() ? "" : ", ") + std::string(k.kind);
+      return v;
+    }() << ")";
+    spec.kind = spec.values["kind"];
+    auto kind = std::find_if(kinds().begin(), kinds().end(),
+                             [&](const KindKeys& k) { return spec.kind == k.kind; });
+    STRATA_CHECK(kind != kinds().end()) << "--inject \"" << spec_text << "\": unknown kind "
+                                        << spec.kind << " (valid: " <<
+        [] {
+          std::string v;
+          for (const KindKeys& k : kinds()) v += (v.empty() ? "" : ", ") + std::string(k.kind);
+          return v;
+        }() << ")";
+    for (const auto& [key, value] : spec.values) {
+      const bool common = key == "kind" || key == "rank" || key == "from" || key == "to";
+      STRATA_CHECK(common ||
+                   std::find(kind->keys.begin(), kind->keys.end(), key) != kind->keys.end())
+          << "--inject \"" << spec_text << "\": kind=" << spec.kind << " takes no key " << key;
+    }
+    if (spec.has("rank")) {
+      const int64_t r = parse_int(spec, "rank");
+      STRATA_CHECK(r >= 0) << "--inject \"" << spec_text << "\": rank must be >= 0";
+      spec.rank = static_cast<int>(r);
+    }
+    if (spec.has("from")) spec.from = parse_int(spec, "from");
+    if (spec.has("to")) spec.to = parse_int(spec, "to");
+    STRATA_CHECK(spec.from >= 1 && spec.to >= spec.from)
+        << "--inject \"" << spec_text << "\": from and to are steps counted from 1 with from <= to";
+    if (spec.kind == "straggler") {
+      STRATA_CHECK(spec.has("p") && spec.has("delay"))
+          << "--inject \"" << spec_text << "\": kind=straggler needs p= and delay=";
+      const double p = spec.number("p", 0), d = spec.number("delay", 0);
+      STRATA_CHECK(p >= 0 && p <= 1) << "--inject \"" << spec_text << "\": p must be in [0, 1]";
+      STRATA_CHECK(d >= 0) << "--inject \"" << spec_text << "\": delay must be >= 0 seconds";
+      if (spec.has("seed")) parse_int(spec, "seed");
+      const std::string op = spec.string("op", "both");
+      STRATA_CHECK(op == "forward" || op == "backward" || op == "both" || op == "iteration")
+          << "--inject \"" << spec_text << "\": op must be forward, backward, both or iteration";
+    } else if (spec.kind == "trace") {
+      STRATA_CHECK(spec.has("file") && !spec.values["file"].empty())
+          << "--inject \"" << spec_text << "\": kind=trace needs file=";
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+double SlowdownTrace::fraction(int rank, double seconds) const {
+  auto it = ranks.find(rank);
+  if (it == ranks.end()) return 1.0;
+  double f = 1.0;
+  for (const auto& [t, value] : it->second) {
+    if (t > seconds) break;
+    f = value;
+  }
+  return f;
+}
+
+SlowdownTrace read_slowdown_trace(const std::string& path, int world_size) {
+  std::ifstream in(path);
+  STRATA_CHECK(in.good()) << "--inject trace file " << path << ": cannot open it";
+  SlowdownTrace trace;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    if (trim(line).empty()) continue;
+    std::istringstream fields(line);
+    long long rank = -1;
+    double seconds = 0, fraction = 0;
+    std::string extra;
+    const bool ok = static_cast<bool>(fields >> rank >> seconds >> fraction) && !(fields >> extra);
+    const std::string where = "--inject trace file " + path + " line " + std::to_string(number) +
+                              " (\"" + trim(line) + "\")";
+    STRATA_CHECK(ok) << where << ": expected \"rank seconds fraction\"";
+    STRATA_CHECK(rank >= 0 && rank < world_size)
+        << where << ": rank " << rank << " is outside the " << world_size << " ranks of the run";
+    STRATA_CHECK(std::isfinite(seconds) && seconds >= 0)
+        << where << ": time " << seconds << " s is out of range (>= 0)";
+    STRATA_CHECK(std::isfinite(fraction) && fraction > 0 && fraction <= 1)
+        << where << ": fraction " << fraction << " is out of range (0 < fraction <= 1)";
+    trace.ranks[static_cast<int>(rank)].push_back({seconds, fraction});
+  }
+  for (auto& [rank, points] : trace.ranks) {
+    std::stable_sort(points.begin(), points.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  return trace;
+}
+
+Injector::Injector(const std::vector<InjectSpec>& specs, int rank, int world_size, uint64_t seed)
+    : rank_(rank), seed_(seed), start_(std::chrono::steady_clock::now()) {
+  for (const InjectSpec& s : specs) {
+    if (s.kind != "straggler" && s.kind != "trace") continue;  // handled elsewhere
+    STRATA_CHECK(s.rank < world_size) << "--inject \"" << s.text << "\": rank " << s.rank
+                                      << " is outside the " << world_size << " ranks of the run";
+    if (s.rank >= 0 && s.rank != rank) continue;
+    specs_.push_back(s);
+    traces_.push_back(s.kind == "trace" ? read_slowdown_trace(s.values.at("file"), world_size)
+                                        : SlowdownTrace{});
+    iteration_drawn_.push_back(-1);
+  }
+}
+
+void Injector::start() { start_ = std::chrono::steady_clock::now(); }
+
+double Injector::uniform(uint64_t seed, int rank, int64_t step, int64_t micro_batch, OpCode op) {
+  uint64_t h = mix(seed);
+  h = mix(h ^ static_cast<uint64_t>(rank));
+  h = mix(h ^ static_cast<uint64_t>(step));
+  h = mix(h ^ static_cast<uint64_t>(micro_batch));
+  h = mix(h ^ static_cast<uint64_t>(op));
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+void Injector::sleep(double seconds) {
+  if (seconds <= 0) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  ++stats_.injected;
+  stats_.seconds += seconds;
+}
+
+void Injector::before(OpCode op, int64_t step, int64_t micro_batch) {
+  if (op != OpCode::kForward && op != OpCode::kBackward) return;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const InjectSpec& s = specs_[i];
+    if (s.kind != "straggler" || !s.applies(rank_, step + 1)) continue;
+    const std::string which = s.string("op", "both");
+    if ((which == "forward" && op != OpCode::kForward) ||
+        (which == "backward" && op != OpCode::kBackward)) {
+      continue;
+    }
+    int64_t draw_mb = micro_batch;
+    if (which == "iteration") {
+      // One draw per step, before the rank's first Forward of it.
+      if (op != OpCode::kForward || iteration_drawn_[i] == step) continue;
+      iteration_drawn_[i] = step;
+      draw_mb = -1;
+    }
+    const uint64_t seed =
+        s.has("seed") ? static_cast<uint64_t>(std::stoll(s.values.at("seed"))) : seed_;
+    ++stats_.draws;
+    if (uniform(seed, rank_, step, draw_mb, op) < s.number("p", 0)) {
+      sleep(s.number("delay", 0));
+    }
+  }
+}
+
+void Injector::after(OpCode op, int64_t step, int64_t, double seconds) {
+  if (op != OpCode::kForward && op != OpCode::kBackward) return;
+  const double now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const InjectSpec& s = specs_[i];
+    if (s.kind != "trace" || !s.applies(rank_, step + 1)) continue;
+    const double f = traces_[i].fraction(rank_, now);
+    if (f < 1.0) sleep((1.0 / f - 1.0) * seconds);
+  }
+}
+
+}  // namespace strata::parallel

@@ -1,0 +1,104 @@
+// --inject: slowdowns injected into a run on purpose, to study how a schedule and a
+// synchronization behave when some ranks are slow (SDPipe's stragglers, vPIPE's slowed stages).
+//
+// Syntax. One or more specs separated by ';', each a comma-separated list of key=value holding a
+// `kind`:
+//   --inject "kind=straggler,p=0.1,delay=0.3"
+//   --inject "kind=straggler,p=1,delay=0.5,rank=3,from=4,to=4,op=backward; kind=trace,file=t.txt"
+// Keys every kind takes: rank (the only rank it applies to; default every rank), from and to (the
+// first and last optimizer step it applies to, counted from 1 as in the log; default all).
+// Kinds (a kind is a row of kKinds in injector.cpp with the keys it takes, and a handler):
+//   straggler  p (probability in [0, 1]), delay (seconds >= 0), seed (default: --seed), op
+//              (forward|backward|both|iteration, default both). Before each Forward and each
+//              Backward instruction of the steps and ranks it applies to, the rank sleeps `delay`
+//              with probability p, drawn independently per (seed, rank, step, micro-batch,
+//              instruction): seeded and reproducible, whatever the timing. op=iteration draws once
+//              per step, before the rank's first Forward of it (the paper's text: "with
+//              probability 10% at every iteration"); both is its artifact's reading (a draw per
+//              forward and per backward: with M micro-batches a step draws 2M times;
+//              papers/sdpipe.md Sec. 4 and open question 13).
+//   trace      file (required). Replays a per-rank slowdown over time: each line "rank seconds
+//              fraction" says that from `seconds` after the start of training on, the rank runs
+//              at `fraction` (0 < fraction <= 1) of its speed, e.g. a FLOPS fraction measured on
+//              a shared GPU. After each Forward and Backward the rank sleeps (1/fraction - 1) times
+//              the instruction's own duration. '#' starts a comment. A line whose rank is outside
+//              the world or whose time or fraction is out of range is refused, naming the line.
+// Errors name --inject, the spec and the key.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/schedule/schedule.h"
+
+namespace strata::parallel {
+
+// One spec of --inject, checked against its kind's keys.
+struct InjectSpec {
+  std::string kind;
+  std::map<std::string, std::string> values;  // every key given, kind included
+  std::string text;                           // as written, for messages
+  int rank = -1;                              // -1: every rank
+  int64_t from = 1;                           // steps counted from 1, inclusive
+  int64_t to = INT64_MAX;
+
+  bool has(const std::string& key) const { return values.count(key) > 0; }
+  // The value of `key` as a number (its default when absent); errors name the spec and key.
+  double number(const std::string& key, double fallback) const;
+  std::string string(const std::string& key, const std::string& fallback) const;
+  bool applies(int rank_here, int64_t step) const;  // step: counted from 1
+};
+
+// Parses --inject (empty: no spec). Unknown kinds or keys, malformed values: strata::Error.
+std::vector<InjectSpec> parse_inject(const std::string& text);
+
+// A trace file of kind=trace: per rank, (seconds, fraction) in time order.
+struct SlowdownTrace {
+  std::map<int, std::vector<std::pair<double, double>>> ranks;
+  // The fraction of `rank` at `seconds` (1 before its first line, and for ranks not listed).
+  double fraction(int rank, double seconds) const;
+};
+// Reads and checks a trace file for a world of `world_size` ranks (errors name the file and
+// line).
+SlowdownTrace read_slowdown_trace(const std::string& path, int world_size);
+
+// The injections of one rank, called by the executor around Forward and Backward.
+class Injector {
+ public:
+  struct Stats {
+    int64_t draws = 0;     // straggler draws made
+    int64_t injected = 0;  // sleeps made (straggler or trace)
+    double seconds = 0.0;  // time slept
+  };
+  // `specs` from parse_inject; `seed`: the run's seed (for specs without their own). Trace files
+  // are read here (every rank reads them).
+  Injector(const std::vector<InjectSpec>& specs, int rank, int world_size, uint64_t seed);
+  bool empty() const { return specs_.empty(); }
+  // Training starts now (trace times count from here).
+  void start();
+  // Before a Forward or Backward of micro-batch `micro_batch` in step `step` (from 0).
+  void before(OpCode op, int64_t step, int64_t micro_batch);
+  // After it, which lasted `seconds`.
+  void after(OpCode op, int64_t step, int64_t micro_batch, double seconds);
+  const Stats& stats() const { return stats_; }
+
+  // The straggler draw for (seed, rank, step, micro_batch, op): a uniform value in [0, 1).
+  static double uniform(uint64_t seed, int rank, int64_t step, int64_t micro_batch, OpCode op);
+
+ private:
+  void sleep(double seconds);
+
+  std::vector<InjectSpec> specs_;         // those that apply to this rank
+  std::vector<SlowdownTrace> traces_;     // per spec (empty for other kinds)
+  std::vector<int64_t> iteration_drawn_;  // per spec: the last step drawn for op=iteration
+  int rank_;
+  uint64_t seed_;
+  std::chrono::steady_clock::time_point start_;
+  Stats stats_;
+};
+
+}  // namespace strata::parallel

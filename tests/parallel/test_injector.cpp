@@ -1,0 +1,186 @@
+// --inject: the shared syntax, the seeded straggler draws and the trace replay's file checks
+// (papers/sdpipe.md Sec. 5 item 12).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+
+#include "parallel/runtime/injector.h"
+#include "testing/testing.h"
+
+namespace strata::parallel {
+namespace {
+
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no strata::Error thrown";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const std::string& n : needles) {
+      EXPECT_NE(what.find(n), std::string::npos) << "'" << n << "' not in: " << what;
+    }
+  }
+}
+
+TEST(Inject, ParsesSpecsAndCommonKeys) {
+  const std::vector<InjectSpec> specs = parse_inject(
+      " kind=straggler, p=0.1 ,delay=0.3 ; kind=straggler,p=1,delay=0.5,rank=3,"
+      "from=4,to=6,op=backward,seed=9;");
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].kind, "straggler");
+  EXPECT_DOUBLE_EQ(specs[0].number("p", 0), 0.1);
+  EXPECT_DOUBLE_EQ(specs[0].number("delay", 0), 0.3);
+  EXPECT_EQ(specs[0].rank, -1);
+  EXPECT_TRUE(specs[0].applies(5, 1));
+  EXPECT_EQ(specs[1].rank, 3);
+  EXPECT_FALSE(specs[1].applies(3, 3));
+  EXPECT_TRUE(specs[1].applies(3, 4));
+  EXPECT_TRUE(specs[1].applies(3, 6));
+  EXPECT_FALSE(specs[1].applies(3, 7));
+  EXPECT_FALSE(specs[1].applies(2, 5));
+  EXPECT_TRUE(parse_inject("").empty());
+}
+
+TEST(Inject, RefusesBadSpecsNamingTheFlag) {
+  for (const auto& [text, words] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"p=0.1,delay=0.3", {"--inject", "no kind="}},
+           {"kind=crash", {"--inject", "unknown kind crash", "straggler"}},
+           {"kind=straggler,p=0.1", {"--inject", "p= and delay="}},
+           {"kind=straggler,p=2,delay=1", {"--inject", "p must be in [0, 1]"}},
+           {"kind=straggler,p=0.1,delay=-1", {"--inject", "delay must be >= 0"}},
+           {"kind=straggler,p=x,delay=1", {"--inject", "p=x is not a number"}},
+           {"kind=straggler,p=0.1,delay=1,threads=2", {"--inject", "takes no key threads"}},
+           {"kind=straggler,p=0.1,delay=1,rank=a", {"--inject", "rank=a is not an integer"}},
+           {"kind=straggler,p=0.1,delay=1,from=5,to=2", {"--inject", "from <= to"}},
+           {"kind=straggler,p=0.1,p=0.2,delay=1", {"--inject", "p is given twice"}},
+           {"kind=straggler,p=0.1,delay=1,op=sideways", {"--inject", "op must be"}},
+           {"kind=trace", {"--inject", "needs file="}},
+           {"kind", {"--inject", "expected key=value"}}}) {
+    expect_error([&] { parse_inject(text); }, words);
+  }
+}
+
+// The empirical rate of sleeps is about p, and the draws depend on the seed and the
+// (rank, step, micro-batch, instruction) only.
+TEST(Inject, StragglerDrawsAreSeededAtRateP) {
+  for (double p : {0.05, 0.1, 0.5}) {
+    int64_t hits = 0, n = 0;
+    for (int rank = 0; rank < 4; ++rank) {
+      for (int64_t step = 0; step < 2000; ++step) {
+        for (OpCode op : {OpCode::kForward, OpCode::kBackward}) {
+          hits += Injector::uniform(42, rank, step, step * 2, op) < p ? 1 : 0;
+          ++n;
+        }
+      }
+    }
+    const double rate = static_cast<double>(hits) / n;
+    EXPECT_NEAR(rate, p, 4 * std::sqrt(p * (1 - p) / n)) << "p = " << p;
+  }
+  EXPECT_EQ(Injector::uniform(1, 2, 3, 4, OpCode::kForward),
+            Injector::uniform(1, 2, 3, 4, OpCode::kForward));
+  EXPECT_NE(Injector::uniform(1, 2, 3, 4, OpCode::kForward),
+            Injector::uniform(2, 2, 3, 4, OpCode::kForward));
+  EXPECT_NE(Injector::uniform(1, 2, 3, 4, OpCode::kForward),
+            Injector::uniform(1, 2, 3, 4, OpCode::kBackward));
+}
+
+// An injector sleeps where its draws say, the same in two runs, only on its rank and steps.
+TEST(Inject, InjectorSleepsReproducibly) {
+  const auto specs = parse_inject("kind=straggler,p=0.3,delay=0.001,rank=1,from=2,to=40");
+  auto run = [&](int rank) {
+    Injector injector(specs, rank, 4, 7);
+    std::vector<int64_t> slept;
+    for (int64_t step = 0; step < 50; ++step) {
+      const int64_t before = injector.stats().injected;
+      injector.before(OpCode::kForward, step, step);
+      injector.before(OpCode::kBackward, step, step);
+      injector.before(OpCode::kRecvAct, step, step);  // not drawn
+      slept.push_back(injector.stats().injected - before);
+    }
+    return std::make_pair(slept, injector.stats());
+  };
+  const auto [a, stats] = run(1);
+  const auto [b, ignored] = run(1);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(stats.draws, 2 * 39);  // steps 2..40 counted from 1
+  EXPECT_GT(stats.injected, 5);
+  EXPECT_NEAR(stats.seconds, 0.001 * stats.injected, 1e-9);
+  EXPECT_EQ(a[0], 0);   // step 1: before `from`
+  EXPECT_EQ(a[45], 0);  // step 46: after `to`
+  EXPECT_EQ(run(2).second.draws, 0);
+  expect_error([&] { Injector(parse_inject("kind=straggler,p=1,delay=0,rank=9"), 0, 4, 0); },
+               {"--inject", "rank 9", "4 ranks"});
+}
+
+// op=iteration (the paper's "at every iteration"): one draw per step, before the rank's first
+// Forward of it, whatever the number of micro-batches; p = 1 sleeps once per step.
+TEST(Inject, IterationDrawsOncePerStep) {
+  Injector injector(parse_inject("kind=straggler,p=1,delay=0.0001,op=iteration"), 0, 2, 5);
+  for (int64_t step = 0; step < 6; ++step) {
+    for (int64_t mb = 0; mb < 4; ++mb) injector.before(OpCode::kForward, step, mb);
+    for (int64_t mb = 0; mb < 4; ++mb) injector.before(OpCode::kBackward, step, mb);
+  }
+  EXPECT_EQ(injector.stats().draws, 6);
+  EXPECT_EQ(injector.stats().injected, 6);
+  // At p = 0.5 over many steps: about half the steps, and only the iteration draw counts.
+  Injector half(parse_inject("kind=straggler,p=0.5,delay=1e-6,op=iteration"), 1, 2, 5);
+  for (int64_t step = 0; step < 400; ++step) {
+    half.before(OpCode::kForward, step, 2 * step);
+    half.before(OpCode::kForward, step, 2 * step + 1);
+  }
+  EXPECT_EQ(half.stats().draws, 400);
+  EXPECT_NEAR(static_cast<double>(half.stats().injected), 200.0, 4 * std::sqrt(100.0));
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Inject, TraceFilesAreReadAndCheckedNamingTheLine) {
+  const std::string good = write_file("trace_good.txt",
+                                      "# rank seconds fraction\n"
+                                      "1 0.5 0.25\n"
+                                      "\n"
+                                      "1 0.0 1.0   # full speed first\n"
+                                      "3 2 0.5\n");
+  const SlowdownTrace t = read_slowdown_trace(good, 4);
+  EXPECT_DOUBLE_EQ(t.fraction(1, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(t.fraction(1, 0.6), 0.25);
+  EXPECT_DOUBLE_EQ(t.fraction(3, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(t.fraction(3, 3.0), 0.5);
+  EXPECT_DOUBLE_EQ(t.fraction(0, 3.0), 1.0);
+  expect_error([&] { read_slowdown_trace(write_file("trace_rank.txt", "0 0 1\n4 1.0 0.5\n"), 4); },
+               {"--inject trace file", "line 2", "rank 4", "outside the 4 ranks"});
+  expect_error([&] { read_slowdown_trace(write_file("trace_time.txt", "# c\n1 -2 0.5\n"), 4); },
+               {"line 2", "time -2", "out of range"});
+  expect_error([&] { read_slowdown_trace(write_file("trace_frac.txt", "1 1 1.5\n"), 4); },
+               {"line 1", "fraction 1.5", "out of range"});
+  expect_error([&] { read_slowdown_trace(write_file("trace_words.txt", "1 1\n"), 4); },
+               {"line 1", "expected \"rank seconds fraction\""});
+  expect_error([&] { read_slowdown_trace("/nonexistent/trace", 4); },
+               {"/nonexistent/trace", "cannot open"});
+}
+
+// Replay: after each instruction the rank sleeps (1/fraction - 1) times its duration.
+TEST(Inject, TraceReplaySleepsByTheFraction) {
+  const std::string path = write_file("trace_replay.txt", "0 0 0.5\n");
+  Injector injector(parse_inject("kind=trace,file=" + path), 0, 1, 0);
+  injector.start();
+  const auto start = std::chrono::steady_clock::now();
+  injector.after(OpCode::kForward, 0, 0, 0.02);
+  const double slept =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(slept, 0.02);
+  EXPECT_NEAR(injector.stats().seconds, 0.02, 1e-9);
+  Injector other(parse_inject("kind=trace,file=" + path), 1, 2, 0);  // rank 1: not listed
+  other.after(OpCode::kForward, 0, 0, 0.02);
+  EXPECT_EQ(other.stats().injected, 0);
+}
+
+}  // namespace
+}  // namespace strata::parallel
