@@ -98,12 +98,12 @@ void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, co
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
 }  // namespace cpu
 
-// CUDA kernels (ops/optimizer_cuda.cu). sgd_step, adamw_step and adamw_vr_step: f32 param/grad/state, one fused
-// element-wise pass computing in double; options.grad_scale is applied by the dispatcher
-// (scale_inplace on the gradient first), the kernels read grad as it is. sum_of_squares:
-// f32/bf16/f16, accumulated in double, deterministic for a given device; synchronizes the stream to
-// return the value. scale_inplace: t = float(coef) * t in t's dtype (f32/bf16/f16), as ops::scale
-// rounds, for scale_gradients on CUDA tensors.
+// CUDA kernels (ops/optimizer_cuda.cu). sgd_step, adamw_step and adamw_vr_step: f32
+// param/grad/state, one fused element-wise pass computing in double; options.grad_scale is applied
+// by the dispatcher (scale_inplace on the gradient first), the kernels read grad as it is.
+// sum_of_squares: f32/bf16/f16, accumulated in double, deterministic for a given device;
+// synchronizes the stream to return the value. scale_inplace: t = float(coef) * t in t's dtype
+// (f32/bf16/f16), as ops::scale rounds, for scale_gradients on CUDA tensors.
 namespace cuda {
 void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
               const SgdOptions& options, int64_t step);
