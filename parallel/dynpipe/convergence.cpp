@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "engine/check.h"
 
@@ -17,17 +18,37 @@ double norm_of_difference(const std::vector<double>& a, const std::vector<double
   return std::sqrt(sum);
 }
 
+// `what` names the vector ("the gradient of iteration 3") in errors.
+void check_vector(const std::vector<double>& v, size_t length, const std::string& what) {
+  STRATA_CHECK(v.size() == length) << "dynpipe warm-up: " << what << " has " << v.size()
+                                   << " values, the first weights have " << length;
+  for (size_t k = 0; k < v.size(); ++k) {
+    STRATA_CHECK(std::isfinite(v[k]))
+        << "dynpipe warm-up: " << what << " is not finite at element " << k << " (" << v[k] << ")";
+  }
+}
+
 void check_vectors(const std::vector<std::vector<double>>& v, size_t length, const char* what) {
   for (size_t t = 0; t < v.size(); ++t) {
-    STRATA_CHECK(v[t].size() == length)
-        << "dynpipe warm-up: " << what << " of iteration " << t << " has " << v[t].size()
-        << " values, iteration 0 has " << length;
-    for (size_t k = 0; k < v[t].size(); ++k) {
-      STRATA_CHECK(std::isfinite(v[t][k]))
-          << "dynpipe warm-up: " << what << " of iteration " << t << " is not finite at element "
-          << k << " (" << v[t][k] << ")";
-    }
+    check_vector(v[t], length, std::string(what) + " of iteration " + std::to_string(t));
   }
+}
+
+// The median, mean and max of the samples (throws when there is none).
+SmoothnessEstimate summarize(std::vector<double> samples, int skipped, size_t steps) {
+  STRATA_CHECK(!samples.empty())
+      << "dynpipe warm-up: the weights never changed in " << steps
+      << " steps, so the smoothness L cannot be estimated (is the learning rate 0?)";
+  SmoothnessEstimate e;
+  e.samples = samples;
+  e.skipped = skipped;
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  e.median = n % 2 == 1 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2.0;
+  e.max = samples.back();
+  for (double s : samples) e.mean += s;
+  e.mean /= static_cast<double>(n);
+  return e;
 }
 
 }  // namespace
@@ -41,26 +62,17 @@ SmoothnessEstimate estimate_smoothness(const std::vector<std::vector<double>>& w
       << " weight vectors";
   check_vectors(weights, weights[0].size(), "the weights");
   check_vectors(gradients, weights[0].size(), "the gradient");
-  SmoothnessEstimate e;
+  std::vector<double> samples;
+  int skipped = 0;
   for (size_t t = 1; t < weights.size(); ++t) {
     const double dw = norm_of_difference(weights[t], weights[t - 1]);
     if (dw == 0.0) {
-      ++e.skipped;
+      ++skipped;
       continue;
     }
-    e.samples.push_back(norm_of_difference(gradients[t], gradients[t - 1]) / dw);
+    samples.push_back(norm_of_difference(gradients[t], gradients[t - 1]) / dw);
   }
-  STRATA_CHECK(!e.samples.empty())
-      << "dynpipe warm-up: the weights never changed in " << weights.size()
-      << " iterations, so the smoothness L cannot be estimated (is the learning rate 0?)";
-  std::vector<double> sorted = e.samples;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  e.median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
-  e.max = sorted.back();
-  for (double s : sorted) e.mean += s;
-  e.mean /= static_cast<double>(n);
-  return e;
+  return summarize(samples, skipped, weights.size());
 }
 
 double estimate_second_moment(const std::vector<std::vector<double>>& gradients) {
@@ -70,25 +82,39 @@ double estimate_second_moment(const std::vector<std::vector<double>>& gradients)
   for (const std::vector<double>& g : gradients) {
     double sq = 0.0;
     for (double v : g) sq += v * v;
-    mean += sq / static_cast<double>(gradients.size());
+    mean += sq;
   }
-  return mean;
+  return mean / static_cast<double>(gradients.size());
 }
 
-WarmupEstimate estimate_warmup(const std::vector<std::vector<double>>& weights,
-                               const std::vector<std::vector<double>>& gradients,
-                               const std::vector<double>& losses) {
-  STRATA_CHECK(losses.size() == weights.size())
-      << "dynpipe warm-up: " << losses.size() << " losses for " << weights.size() << " iterations";
-  for (size_t t = 0; t < losses.size(); ++t) {
-    STRATA_CHECK(std::isfinite(losses[t]))
-        << "dynpipe warm-up: the loss of iteration " << t << " is not finite (" << losses[t] << ")";
+WarmupEstimate estimate_warmup(const std::vector<WarmupStep>& steps) {
+  STRATA_CHECK(!steps.empty()) << "dynpipe warm-up: no step measured";
+  const size_t n = steps[0].weights.size();
+  std::vector<double> samples;
+  std::vector<std::vector<double>> gradients;
+  int skipped = 0;
+  for (size_t t = 0; t < steps.size(); ++t) {
+    const WarmupStep& s = steps[t];
+    const std::string step = " of step " + std::to_string(t);
+    check_vector(s.weights, n, "the weights" + step);
+    check_vector(s.gradient, n, "the gradient" + step);
+    check_vector(s.next_weights, n, "the next weights" + step);
+    check_vector(s.next_gradient, n, "the next gradient" + step);
+    STRATA_CHECK(std::isfinite(s.loss))
+        << "dynpipe warm-up: the loss of step " << t << " is not finite (" << s.loss << ")";
+    const double dw = norm_of_difference(s.next_weights, s.weights);
+    if (dw == 0.0) {
+      ++skipped;
+    } else {
+      samples.push_back(norm_of_difference(s.next_gradient, s.gradient) / dw);
+    }
+    gradients.push_back(s.gradient);
   }
   WarmupEstimate e;
-  e.smoothness = estimate_smoothness(weights, gradients);
+  e.smoothness = summarize(samples, skipped, steps.size());
   e.second_moment = estimate_second_moment(gradients);
-  e.initial_loss = losses[0];
-  e.iterations = static_cast<int>(losses.size());
+  e.initial_loss = steps[0].loss;
+  e.iterations = static_cast<int>(steps.size());
   return e;
 }
 

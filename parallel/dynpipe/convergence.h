@@ -10,9 +10,14 @@
 // of least T(S) x W(S), W(S) the iteration time of the best S-stage plan (cost_model.h).
 //
 // Warm-up estimates (what the paper leaves open, decided here):
-//   L: the samples ||g_t - g_{t-1}|| / ||w_t - w_{t-1}|| of consecutive warm-up iterations (pairs
-//      with w_t = w_{t-1} are skipped); their median is the estimate (robust to the tiny steps
-//      whose noisy gradient differences blow a ratio up); mean and max are reported beside it.
+//   L: samples ||g(w') - g(w)|| / ||w' - w|| (pairs with w' = w are skipped); their median is the
+//      estimate (robust to a few tiny steps), mean and max are reported beside it. The paper takes
+//      consecutive iterations, g_t and g_{t-1}; with stochastic gradients each on its own batch,
+//      the difference is then mostly the batches' noise, which grows as the step shrinks
+//      (Fashion-MNIST, cnn-tiny: L ~ 1.3 / lr). estimate_warmup therefore takes, per warm-up
+//      step, the gradients before and after the update on the same batch (the full gradient's
+//      difference, as Assumption 1 has it, without the noise); estimate_smoothness keeps the
+//      consecutive form for deterministic gradients.
 //   xi^2: the mean of ||g_t||^2 over the warm-up (the bounded second moment is an expectation).
 //   f(w0): the first warm-up loss.
 #pragma once
@@ -30,11 +35,21 @@ struct SmoothnessEstimate {
   double max = 0.0;
 };
 
-// From the weights and the gradients at them of consecutive warm-up iterations (same length
-// vectors). Throws strata::Error for fewer than two iterations, vectors of different lengths,
-// non-finite values or when every step is zero.
+// From the weights and the gradients at them of consecutive iterations (same length vectors).
+// Throws strata::Error for fewer than two iterations, vectors of different lengths, non-finite
+// values or when every step is zero.
 SmoothnessEstimate estimate_smoothness(const std::vector<std::vector<double>>& weights,
                                        const std::vector<std::vector<double>>& gradients);
+
+// One warm-up step: the stochastic gradient at w_t on its batch, the update, and the gradient
+// at w_{t+1} on the same batch.
+struct WarmupStep {
+  std::vector<double> weights;        // w_t
+  std::vector<double> gradient;       // at w_t on batch t
+  std::vector<double> next_weights;   // w_{t+1}
+  std::vector<double> next_gradient;  // at w_{t+1} on batch t
+  double loss = 0.0;                  // at w_t on batch t
+};
 // Mean of ||g_t||^2. Throws for no gradient or non-finite values.
 double estimate_second_moment(const std::vector<std::vector<double>>& gradients);
 
@@ -54,10 +69,10 @@ struct WarmupEstimate {
   double initial_loss = 0.0;
   int iterations = 0;
 };
-// From consecutive warm-up iterations: weights w_t, gradients at them and losses (one each).
-WarmupEstimate estimate_warmup(const std::vector<std::vector<double>>& weights,
-                               const std::vector<std::vector<double>>& gradients,
-                               const std::vector<double>& losses);
+// L from each step's same-batch pair, xi^2 from the gradients at w_t, f(w0) the first loss.
+// Throws strata::Error (naming the step) for no step, vectors of different lengths, non-finite
+// values, or when no step moved the weights.
+WarmupEstimate estimate_warmup(const std::vector<WarmupStep>& steps);
 
 // Throws strata::Error naming the flag (--dynpipe-lr, --dynpipe-epsilon, --dynpipe-smoothness,
 // --dynpipe-noise, --dynpipe-initial-loss) for a value that is not finite, or not positive (lr,

@@ -42,8 +42,8 @@ Cluster Cluster::machines(int gpus, int gpus_per_node, double intra_bps, double 
 }
 
 void Cluster::check() const {
-  STRATA_CHECK(gpus >= 1 && gpus_per_node >= 1 && gpus % gpus_per_node == 0)
-      << "cluster: " << gpus << " GPUs must be whole machines of " << gpus_per_node;
+  STRATA_CHECK(gpus >= 1 && gpus_per_node >= 1)
+      << "cluster: " << gpus << " GPUs, " << gpus_per_node << " per machine: both must be >= 1";
   STRATA_CHECK(bandwidth.size() == static_cast<size_t>(gpus))
       << "cluster: the bandwidth matrix has " << bandwidth.size() << " rows for " << gpus
       << " GPUs";
@@ -57,6 +57,18 @@ void Cluster::check() const {
           << " must be positive, got " << bandwidth[i][j];
     }
   }
+}
+
+Cluster Cluster::first(int count) const {
+  STRATA_CHECK(count >= 1 && count <= gpus)
+      << "cluster: the first " << count << " of " << gpus << " GPUs";
+  Cluster c;
+  c.gpus = count;
+  c.gpus_per_node = gpus_per_node;
+  for (int i = 0; i < count; ++i) {
+    c.bandwidth.emplace_back(bandwidth[i].begin(), bandwidth[i].begin() + count);
+  }
+  return c;
 }
 
 double Cluster::mesh_bandwidth(int a, int width) const {
@@ -79,7 +91,8 @@ double Cluster::link_bandwidth(int a, int m, int e) const {
 
 bool Cluster::mesh_fits(int a, int width) const {
   if (a / gpus_per_node == (a + width - 1) / gpus_per_node) return true;
-  return a % gpus_per_node == 0 && width % gpus_per_node == 0;
+  const int end = a + width;
+  return a % gpus_per_node == 0 && (end % gpus_per_node == 0 || end == gpus);
 }
 
 std::vector<MeshShape> mesh_shapes(int gpus, int max_tensor) {

@@ -56,9 +56,11 @@ struct Cluster {
   // --node-bandwidth) for counts below 1, GPUs that do not fill whole machines or bandwidths that
   // are not positive.
   static Cluster machines(int gpus, int gpus_per_node, double intra_bps, double inter_bps);
-  // Throws unless the matrix is gpus x gpus with positive finite off-diagonal entries and the
-  // GPUs fill whole machines.
+  // Throws unless the matrix is gpus x gpus with positive finite off-diagonal entries (the last
+  // machine may be partly used: see first()).
   void check() const;
+  // The first `count` GPUs (1 <= count <= gpus) and their links.
+  Cluster first(int count) const;
   // Slowest link between GPUs [a, a + width) (infinity for one GPU), and between [a, m) and
   // [m, e).
   double mesh_bandwidth(int a, int width) const;

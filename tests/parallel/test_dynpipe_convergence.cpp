@@ -92,6 +92,33 @@ TEST(DynPipeConvergence, SmoothnessOfAQuadraticLiesBetweenItsEigenvalues) {
   EXPECT_EQ(e.max, hi);
 }
 
+TEST(DynPipeConvergence, SameBatchPairsCancelTheBatchNoise) {
+  // f(w) = 1/2 a ||w||^2 with a = 2, stochastic gradients a w + n_t, n_t of norm ~10 per batch:
+  // pairs on the same batch give exactly a; consecutive iterations mostly measure the noise.
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  const double a = 2.0, lr = 0.01;
+  std::vector<double> w = {1, -2, 0.5, 3, -1, 2, 0.25, -0.5, 1.5, -3, 2.5, 1};
+  std::vector<WarmupStep> steps;
+  std::vector<std::vector<double>> weights, gradients;
+  for (int t = 0; t < 9; ++t) {
+    std::vector<double> noise(w.size()), g(w.size()), next(w.size()), g_next(w.size());
+    for (double& v : noise) v = normal(rng);
+    for (size_t k = 0; k < w.size(); ++k) g[k] = a * w[k] + noise[k];
+    for (size_t k = 0; k < w.size(); ++k) next[k] = w[k] - lr * g[k];
+    for (size_t k = 0; k < w.size(); ++k) g_next[k] = a * next[k] + noise[k];
+    steps.push_back({w, g, next, g_next, 1.0});
+    weights.push_back(w);
+    gradients.push_back(g);
+    w = next;
+  }
+  const WarmupEstimate e = estimate_warmup(steps);
+  ASSERT_EQ(e.smoothness.samples.size(), 9u);
+  for (double v : e.smoothness.samples) EXPECT_NEAR(v, a, 1e-9);
+  // Consecutive stochastic gradients: the noise difference over a step of lr x ||g||.
+  EXPECT_GT(estimate_smoothness(weights, gradients).median, 10 * a);
+}
+
 TEST(DynPipeConvergence, EstimatorsSkipStillStepsAndRefuseBadInput) {
   // Two identical iterations in the middle: that pair is skipped.
   const std::vector<std::vector<double>> w = {{1, 0}, {0.5, 0}, {0.5, 0}, {0.25, 0}};
@@ -102,11 +129,15 @@ TEST(DynPipeConvergence, EstimatorsSkipStillStepsAndRefuseBadInput) {
   // xi^2 = the mean squared norm: (4 + 1 + 1 + 0.25) / 4.
   EXPECT_EQ(estimate_second_moment(g), 6.25 / 4.0);
   EXPECT_EQ(estimate_second_moment({{3, 4}, {3, 4}}), 25.0);
-  const WarmupEstimate warm = estimate_warmup(w, g, {2.5, 2.0, 2.0, 1.5});
+  const std::vector<WarmupStep> steps = {{{1, 0}, {2, 0}, {0.5, 0}, {1, 0}, 2.5},
+                                         {{0.5, 0}, {1, 0}, {0.5, 0}, {1, 0}, 2.0},
+                                         {{0.5, 0}, {1, 0}, {0.25, 0}, {0.5, 0}, 2.0}};
+  const WarmupEstimate warm = estimate_warmup(steps);
   EXPECT_EQ(warm.initial_loss, 2.5);
-  EXPECT_EQ(warm.iterations, 4);
-  EXPECT_EQ(warm.smoothness.median, 2.0);
-  EXPECT_EQ(warm.second_moment, 6.25 / 4.0);
+  EXPECT_EQ(warm.iterations, 3);
+  EXPECT_EQ(warm.smoothness.samples, (std::vector<double>{2.0, 2.0}));
+  EXPECT_EQ(warm.smoothness.skipped, 1);
+  EXPECT_EQ(warm.second_moment, 6.0 / 3.0);  // the gradients at w_t: 4, 1, 1
 
   EXPECT_NE(throws_message([] { estimate_smoothness({{1}}, {{1}}); }).find("two iterations"),
             std::string::npos);
@@ -122,14 +153,17 @@ TEST(DynPipeConvergence, EstimatorsSkipStillStepsAndRefuseBadInput) {
               estimate_smoothness({{1}, {2}}, {{1}, {NAN}});
             }).find("gradient of iteration 1 is not finite"),
             std::string::npos);
-  EXPECT_NE(throws_message([&] {
-              estimate_warmup(w, g, {1, 2, NAN, 3});
-            }).find("loss of iteration 2"),
+  std::vector<WarmupStep> bad = steps;
+  bad[2].loss = NAN;
+  EXPECT_NE(throws_message([&] { estimate_warmup(bad); }).find("the loss of step 2"),
             std::string::npos);
+  bad = steps;
+  bad[1].next_gradient = {1};
   EXPECT_NE(throws_message([&] {
-              estimate_warmup(w, g, {1, 2});
-            }).find("2 losses for 4"),
+              estimate_warmup(bad);
+            }).find("the next gradient of step 1 has 1 values, the first weights have 2"),
             std::string::npos);
+  EXPECT_NE(throws_message([] { estimate_warmup({}); }).find("no step"), std::string::npos);
 }
 
 ConvergenceInputs inputs(double lr, double eps, double L, double xi2, double f0) {
