@@ -343,13 +343,26 @@ void print_dynpipe_plan(const PlanOptions& o, const std::vector<parallel::LayerC
                                          std::vector<int>(static_cast<size_t>(S), 1), {}, co);
     row(other.planner, p, other.simulated_ms);
   }
-  bool single = true;
-  for (int w : plan.widths()) single = single && w == 1;
+  const std::vector<int> widths = plan.widths();
+  bool single = true, equal = true;
+  for (const dp::Stage& st : plan.stages) {
+    single = single && st.gpus == 1;
+    equal = equal && st.gpus == widths[0] && st.cost.shape.tensor == 1;
+  }
   row("dynpipe", plan, single ? simulate(costs, plan.partition(), po) : kInf);
-  if (!single) {
+  const std::string partition = parallel::partition_string(plan.partition(), names);
+  if (equal) {
+    // Every stage data parallel over the same width: that many groups of the S-stage pipeline.
     std::printf(
-        "  (strata train runs one GPU per stage and equal data-parallel groups: the "
-        "dynpipe plan's stage widths are a prediction, its --partition can be trained)\n");
+        "  train the dynpipe plan: mpirun -np %d strata train --stages %zu --groups %d "
+        "--partition %s (or --local)\n",
+        gpus, plan.stages.size(), widths[0], partition.c_str());
+  } else {
+    std::printf(
+        "  (strata train runs equal data-parallel groups of one GPU per stage, so this "
+        "plan's stage widths %s are a prediction; its --partition %s trains with one "
+        "GPU per stage)\n",
+        widths_text(widths).c_str(), partition.c_str());
   }
 }
 

@@ -67,6 +67,16 @@ TEST(DynPipeCli, PlanBesideTheOtherPlannersWithEq5Prices) {
              {dp_row, "projection       2     2       72.000", "dynpipe          2     4"});
   // Two stages of 6 layers on 2 GPUs each: 72 / 2 + all-reduce of 6 MB by 2 (0.6 ms) = 36.6 ms.
   expect_all(r.output, {"dynpipe          2     4       36.600        146.400"});
+  // Equal data-parallel widths are groups of the pipeline: the printed command trains.
+  const std::string train = "--stages 2 --groups 2 --partition conv1-bn2,relu2-fc2";
+  expect_all(r.output,
+             {"train the dynpipe plan: mpirun -np 4 strata train " + train + " (or --local)"});
+  const auto t =
+      run_cli("train --model cnn --size tiny --dataset synthetic-images --local " + train +
+              " --steps 2 --batch-size 16 --micro-batches 4 --threads 1 --progress off "
+              "--train-samples 64 --test-samples 16");
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_TRUE(contains(t.output, "done: 2 steps")) << t.output;
   // The paper's Eq. 4 on request.
   const auto paper = run_cli(base_command(write_profile(dir)) + " --dynpipe-rule paper");
   ASSERT_EQ(paper.status, 0) << paper.output;
@@ -85,6 +95,7 @@ TEST(DynPipeCli, Algorithm1ChoosesTheStagesFromTheConvergenceInputs) {
   expect_all(r.output, {"Algorithm 1 inputs: lr 0.1, epsilon 1, L 1 (--dynpipe-smoothness), "
                         "xi^2 1 (--dynpipe-noise), f(w0) 2 (--dynpipe-initial-loss)",
                         "chosen: S = 1, least T(S) x W(S)",
+                        "mpirun -np 4 strata train --stages 1 --groups 4 --partition conv1-fc2",
                         "--partition conv1-fc2, GPUs per "
                         "stage 4"});
   EXPECT_TRUE(contains(r.output, "inf")) << r.output;
