@@ -1,5 +1,6 @@
 // `strata plan`: cut a model into pipeline stages from its per-layer profile and predict the
-// step time of a schedule, for the balanced partition beside the uniform one (and a given one).
+// step time of a schedule, for the balanced partition beside the uniform one (and a given one),
+// GroPipe's projection partition, and with --planner dynpipe DynPipe's plan (plan_dynpipe.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

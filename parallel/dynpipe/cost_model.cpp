@@ -142,17 +142,14 @@ Profile::Profile(const std::vector<LayerCost>& costs) {
   }
 }
 
-StageCost stage_cost(const Profile& profile, const Cluster& cluster, size_t b, size_t e, int gpu,
-                     MeshShape shape, const CostOptions& options) {
+namespace {
+
+// Eq. 6 with the mesh's slowest link `bw`.
+StageCost stage_cost_at(const Profile& profile, size_t b, size_t e, MeshShape shape, double bw,
+                        const CostOptions& options) {
   StageCost s;
   s.shape = shape;
-  const int width = shape.data * shape.tensor;
-  if (!cluster.mesh_fits(gpu, width)) {
-    s.time_ms = kInf;
-    return s;
-  }
   const double mb = options.micro_batch_size;
-  const double bw = cluster.mesh_bandwidth(gpu, width);
   const double d = shape.data, t = shape.tensor;
   s.compute_ms = mb * profile.compute_ms(b, e);
   if (shape.tensor > 1)
@@ -163,26 +160,96 @@ StageCost stage_cost(const Profile& profile, const Cluster& cluster, size_t b, s
   return s;
 }
 
-StageCost best_stage_cost(const Profile& profile, const Cluster& cluster, size_t b, size_t e,
-                          int gpu, int width, const CostOptions& options) {
+StageCost best_stage_cost_at(const Profile& profile, size_t b, size_t e, int width, double bw,
+                             int max_tensor, const CostOptions& options) {
   StageCost best;
   best.shape = {width, 1};
   best.time_ms = kInf;
-  if (!cluster.mesh_fits(gpu, width)) return best;
-  const int max_tensor = options.tensor_parallel ? cluster.gpus_per_node : 1;
   // Increasing tensor: a strict improvement is needed to give up data parallelism.
   for (const MeshShape& shape : mesh_shapes(width, max_tensor)) {
-    const StageCost s = stage_cost(profile, cluster, b, e, gpu, shape, options);
+    const StageCost s = stage_cost_at(profile, b, e, shape, bw, options);
     if (s.time_ms < best.time_ms) best = s;
   }
   return best;
 }
 
+// Eq. 7 with the slowest link `bw` between meshes of r_prev and r GPUs.
+double comm_at(const Profile& profile, size_t l, int r_prev, int r, double bw,
+               const CostOptions& options) {
+  const double bytes = 2.0 * options.micro_batch_size * profile.boundary_bytes(l);
+  return transfer_ms(bytes / (static_cast<double>(r_prev) * r), bw);
+}
+
+// The slowest link of every mesh [a, a + w) and between every two adjacent meshes [a, m) and
+// [m, e), in O(N^3), for the planner's inner loops.
+class LinkTable {
+ public:
+  explicit LinkTable(const Cluster& c) : n_(c.gpus) {
+    const size_t n1 = static_cast<size_t>(n_) + 1;
+    mesh_.assign(n1 * n1, kInf);
+    link_.assign(n1 * n1 * n1, kInf);
+    const auto both = [&](int x, int y) { return std::min(c.bandwidth[x][y], c.bandwidth[y][x]); };
+    for (int a = 0; a < n_; ++a) {
+      for (int w = 2; a + w <= n_; ++w) {
+        double m = mesh_[a * n1 + w - 1];
+        for (int x = a; x < a + w - 1; ++x) m = std::min(m, both(x, a + w - 1));
+        mesh_[a * n1 + w] = m;
+      }
+    }
+    std::vector<double> row(n1);
+    for (int m = 1; m < n_; ++m) {
+      std::fill(row.begin(), row.end(), kInf);
+      for (int e = m + 1; e <= n_; ++e) {
+        double below = kInf;
+        for (int a = m - 1; a >= 0; --a) {
+          row[a] = std::min(row[a], both(a, e - 1));  // min over [m, e) of a's links
+          below = std::min(below, row[a]);
+          link_[(a * n1 + m) * n1 + e] = below;
+        }
+      }
+    }
+  }
+  double mesh(int a, int w) const { return mesh_[a * (n_ + 1) + w]; }
+  double link(int a, int m, int e) const { return link_[(a * (n_ + 1) + m) * (n_ + 1) + e]; }
+
+ private:
+  int n_;
+  std::vector<double> mesh_, link_;
+};
+
+int max_tensor_of(const Cluster& cluster, const CostOptions& options) {
+  return options.tensor_parallel ? cluster.gpus_per_node : 1;
+}
+
+}  // namespace
+
+StageCost stage_cost(const Profile& profile, const Cluster& cluster, size_t b, size_t e, int gpu,
+                     MeshShape shape, const CostOptions& options) {
+  const int width = shape.data * shape.tensor;
+  if (!cluster.mesh_fits(gpu, width)) {
+    StageCost s;
+    s.shape = shape;
+    s.time_ms = kInf;
+    return s;
+  }
+  return stage_cost_at(profile, b, e, shape, cluster.mesh_bandwidth(gpu, width), options);
+}
+
+StageCost best_stage_cost(const Profile& profile, const Cluster& cluster, size_t b, size_t e,
+                          int gpu, int width, const CostOptions& options) {
+  if (!cluster.mesh_fits(gpu, width)) {
+    StageCost best;
+    best.shape = {width, 1};
+    best.time_ms = kInf;
+    return best;
+  }
+  return best_stage_cost_at(profile, b, e, width, cluster.mesh_bandwidth(gpu, width),
+                            max_tensor_of(cluster, options), options);
+}
+
 double boundary_comm_ms(const Profile& profile, const Cluster& cluster, size_t l, int a, int m,
                         int e, const CostOptions& options) {
-  const double bytes = 2.0 * options.micro_batch_size * profile.boundary_bytes(l);
-  const double r_prev = m - a, r = e - m;
-  return transfer_ms(bytes / (r_prev * r), cluster.link_bandwidth(a, m, e));
+  return comm_at(profile, l, m - a, e - m, cluster.link_bandwidth(a, m, e), options);
 }
 
 Partition Plan::partition() const {
@@ -268,10 +335,15 @@ std::vector<Plan> plan_all_stages(const std::vector<LayerCost>& costs, const Clu
   const size_t size = at(S + 1, 0, 0, 0);
   std::vector<double> W(size, kInf);
   std::vector<int> from_l(size, -1), from_r(size, -1);
+  const LinkTable links(cluster);
+  const int max_tensor = max_tensor_of(cluster, options);
+  const auto last_stage_ms = [&](int b, int e, int gpu, int width) {
+    if (!cluster.mesh_fits(gpu, width)) return kInf;
+    return best_stage_cost_at(profile, b, e, width, links.mesh(gpu, width), max_tensor, options)
+        .time_ms;
+  };
   for (int l = 1; l <= M; ++l) {
-    for (int i = 1; i <= N; ++i) {
-      W[at(1, l, i, i)] = best_stage_cost(profile, cluster, 0, l, 0, i, options).time_ms;
-    }
+    for (int i = 1; i <= N; ++i) W[at(1, l, i, i)] = last_stage_ms(0, l, 0, i);
   }
   for (int s = 2; s <= S; ++s) {
     for (int l = s; l <= M; ++l) {
@@ -281,12 +353,12 @@ std::vector<Plan> plan_all_stages(const std::vector<LayerCost>& costs, const Clu
           double best = kInf;
           int best_l = -1, best_r = -1;
           for (int lp = s - 1; lp < l; ++lp) {
-            const double last = best_stage_cost(profile, cluster, lp, l, m, r, options).time_ms;
+            const double last = last_stage_ms(lp, l, m, r);
             if (!std::isfinite(last)) continue;
             for (int rp = 1; rp <= m - (s - 2); ++rp) {
               const double prefix = W[at(s - 1, lp, m, rp)];
               if (!std::isfinite(prefix)) continue;
-              const double c = boundary_comm_ms(profile, cluster, lp, m - rp, m, i, options);
+              const double c = comm_at(profile, lp, rp, r, links.link(m - rp, m, i), options);
               const double w = two_stage_time(prefix, last, c, options.rule);
               if (w < best) {
                 best = w;

@@ -6,7 +6,8 @@
 // is one minibatch of `micro_batch_size` samples through the pipeline (an update under async
 // 1F1B); times are ms per iteration, from the per-sample costs of `strata profile` (LayerCost).
 //
-//   Eq. 6, a stage of layers [b, e) on r = d x t GPUs:
+//   Eq. 6, a stage of layers [b, e) on r = d x t GPUs (the paper's sum runs to l, printed for
+//   the last stage's M: either way a stage's own layers):
 //     W_stage = (mb x sum_o (p_o^f + p_o^b) + p_AG) / (d t) + p_AR
 //     p_AG = 2 (t - 1) x mb x sum_o out_bytes_o / b_mesh     (t > 1: every layer's output gathered
 //            in the forward, its gradient in the backward; divided by d t in Eq. 6, this is each
@@ -33,8 +34,9 @@
 //
 // The planner (Eq. 5): W(l, s, r, i) = least cycle time of the first l layers as s stages on the
 // first i GPUs, the last of them on r GPUs; W(S) = min_r W(M, S, r, N). Every GPU is used. One
-// run gives W(s) for every s <= S in O(M^2 S N^3) time; ties keep the earliest cut, then the
-// narrowest previous stage.
+// run gives W(s) for every s <= S in O(M^2 S N^3) time (the slowest links of every mesh and pair
+// of meshes tabled first in O(N^3)): 20 layers on 64 GPUs or 50 on 32 take about a second, 100
+// on 32 about ten. Ties keep the earliest cut, then the narrowest previous stage.
 #pragma once
 
 #include <cstddef>
