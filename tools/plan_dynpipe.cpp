@@ -63,14 +63,23 @@ void add_dynpipe_flags(CLI::App* cmd, PlanOptions& o) {
 
 void check_dynpipe_options(const PlanOptions& o) {
   if (o.planner != "dynpipe") {
-    const char* given = o.gpus != 0                    ? "--gpus"
-                        : o.gpus_per_node != 0         ? "--gpus-per-node"
-                        : o.node_bandwidth_gbps != 0.0 ? "--node-bandwidth"
-                        : o.dynpipe_epsilon != 0.0     ? "--dynpipe-epsilon"
-                        : o.warmup_steps != 0          ? "--warmup-steps"
-                        : o.tensor_parallel != "off"   ? "--tensor-parallel"
-                                                       : nullptr;
-    STRATA_CHECK(given == nullptr) << given << " is a flag of --planner dynpipe";
+    const PlanOptions d;  // the defaults: any other value was given on the command line
+    const std::pair<bool, const char*> flags[] = {
+        {o.gpus != d.gpus, "--gpus"},
+        {o.gpus_per_node != d.gpus_per_node, "--gpus-per-node"},
+        {o.node_bandwidth_gbps != d.node_bandwidth_gbps, "--node-bandwidth"},
+        {o.tensor_parallel != d.tensor_parallel, "--tensor-parallel"},
+        {o.dynpipe_rule != d.dynpipe_rule, "--dynpipe-rule"},
+        {o.dynpipe_search != d.dynpipe_search, "--dynpipe-search"},
+        {o.dynpipe_lr != d.dynpipe_lr, "--dynpipe-lr"},
+        {o.dynpipe_epsilon != d.dynpipe_epsilon, "--dynpipe-epsilon"},
+        {o.dynpipe_smoothness != d.dynpipe_smoothness, "--dynpipe-smoothness"},
+        {o.dynpipe_noise != d.dynpipe_noise, "--dynpipe-noise"},
+        {o.dynpipe_initial_loss != d.dynpipe_initial_loss, "--dynpipe-initial-loss"},
+        {o.warmup_steps != d.warmup_steps, "--warmup-steps"}};
+    for (const auto& [given, flag] : flags) {
+      STRATA_CHECK(!given) << flag << " is a flag of --planner dynpipe";
+    }
     return;
   }
   STRATA_CHECK(o.gpus >= 0 && o.gpus <= 64)

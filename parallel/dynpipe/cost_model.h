@@ -35,8 +35,9 @@
 // The planner (Eq. 5): W(l, s, r, i) = least cycle time of the first l layers as s stages on the
 // first i GPUs, the last of them on r GPUs; W(S) = min_r W(M, S, r, N). Every GPU is used. One
 // run gives W(s) for every s <= S in O(M^2 S N^3) time (the slowest links of every mesh and pair
-// of meshes tabled first in O(N^3)): 20 layers on 64 GPUs or 50 on 32 take about a second, 100
-// on 32 about ten. Ties keep the earliest cut, then the narrowest previous stage.
+// of meshes tabled first in O(N^3)); on the 2-core development machine 20 layers on 64 GPUs take
+// 0.8 s, 100 layers on 32 GPUs 2.7 s, on 64 GPUs 35 s. Ties keep the earliest cut, then the
+// narrowest previous stage.
 #pragma once
 
 #include <cstddef>

@@ -134,6 +134,8 @@ TEST(DynPipeCli, HelpAndBadInput) {
       "plan --model cnn --size tiny --dataset synthetic-images --stages 2 --profile " + profile;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {plain + " --gpus 4", "--gpus is a flag of --planner dynpipe"},
+      {plain + " --dynpipe-smoothness 2", "--dynpipe-smoothness is a flag of --planner dynpipe"},
+      {plain + " --warmup-steps 4", "--warmup-steps is a flag of --planner dynpipe"},
       {plain + " --planner pipedream", "--planner"},
       {base_command(profile) + " --gpus-per-node 3",
        "--gpus 4 must be a multiple of "
