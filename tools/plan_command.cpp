@@ -4,7 +4,7 @@
 // with per-stage compute, send time and memory. The step time is predicted by
 // simulating the schedule's instruction lists with each stage's cost per micro-batch (forward +
 // send of its activations, backward), so the bubble of the chosen schedule and the imbalance of
-// the stages are both in it.
+// the stages are both in it. `--planner dynpipe` adds DynPipe's plan (tools/plan_dynpipe.h).
 #include "tools/plan_command.h"
 
 #include <cmath>
@@ -24,6 +24,7 @@
 #include "parallel/schedule/schedule.h"
 #include "parallel/vpipe/swap_recompute_planner.h"
 #include "tools/common.h"
+#include "tools/plan_dynpipe.h"
 
 namespace strata::tools {
 
@@ -66,6 +67,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
                   "The projection partition: even (the even split when AMPA's is slower), dp (the "
                   "fastest of AMPA's, the even split and the balanced one), off (AMPA's alone)")
       ->check(CLI::IsMember({"off", "even", "dp"}));
+  add_dynpipe_flags(cmd, o);
   cmd->add_option("--threads", o.model.threads, "CPU threads when profiling now (0 = all)");
   cmd->add_option("--seed", o.model.seed, "Seed of the weights when profiling now");
   return cmd;
@@ -216,6 +218,7 @@ int run_plan(const PlanOptions& o) {
   STRATA_CHECK(o.profile_steps >= 1) << "--profile-steps must be at least 1";
   STRATA_CHECK(std::isfinite(o.ampa_threshold) && o.ampa_threshold >= 0)
       << "--ampa-threshold must be >= 0, got " << o.ampa_threshold;
+  check_dynpipe_options(o);
   parallel::PartitionOptions po;
   po.schedule = kind;
   po.micro_batches = o.micro_batches;
@@ -307,6 +310,14 @@ int run_plan(const PlanOptions& o) {
   print_prediction("uniform partition (by layer count)", even, names, po);
   if (o.memory_policy == "auto")
     print_memory_plan(o, costs, names, balanced ? *balanced : even, po);
+  if (o.planner == "dynpipe") {
+    std::vector<PlannedPartition> others;
+    if (balanced) others.push_back({"dp", balanced->plan.partition, balanced->simulation.makespan});
+    others.push_back({"projection", projection.plan.partition, projection.simulation.makespan});
+    others.push_back({"uniform", even.plan.partition, even.simulation.makespan});
+    if (manual) others.push_back({"given", manual->plan.partition, manual->simulation.makespan});
+    print_dynpipe_plan(o, costs, names, po, others);
+  }
   if (balanced) {
     std::printf("\nbalanced (dp) vs projection: %.3f ms vs %.3f ms predicted step time\n",
                 balanced->simulation.makespan, projection.simulation.makespan);

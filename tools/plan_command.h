@@ -1,5 +1,6 @@
 // `strata plan`: cut a model into pipeline stages from its per-layer profile and predict the
-// step time of a schedule, for the balanced partition beside the uniform one (and a given one).
+// step time of a schedule, for the balanced partition beside the uniform one (and a given one),
+// GroPipe's projection partition, and with --planner dynpipe DynPipe's plan (plan_dynpipe.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -31,6 +32,22 @@ struct PlanOptions {
   std::string ampa_normalize = "on";
   double ampa_threshold = 0.01;
   std::string ampa_guard = "even";
+  // --planner dynpipe (parallel/dynpipe, tools/plan_dynpipe.h): DynPipe's plan over --gpus beside
+  // the others, with the stage count of Algorithm 1 when --dynpipe-epsilon is given.
+  std::string planner = "default";
+  int gpus = 0;                      // 0: --stages
+  int gpus_per_node = 0;             // 0: one machine
+  double node_bandwidth_gbps = 0.0;  // links inside a machine; 0: --bandwidth
+  std::string tensor_parallel = "off";
+  std::string dynpipe_rule = "corrected";
+  std::string dynpipe_search = "full";
+  double dynpipe_lr = 0.01;
+  double dynpipe_epsilon = 0.0;  // 0: no convergence target, S = --stages
+  // Eq. 3's warm-up statistics; negative: measured by --warmup-steps.
+  double dynpipe_smoothness = -1.0;
+  double dynpipe_noise = -1.0;
+  double dynpipe_initial_loss = -1.0;
+  int64_t warmup_steps = 0;
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& options);

@@ -41,9 +41,6 @@ CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
   return cmd;
 }
 
-namespace {
-
-// The training split the profile runs on (text datasets need the sequence length and task).
 std::shared_ptr<const io::Dataset> open_profile_dataset(const ProfileOptions& o) {
   io::DatasetOptions data_options;
   data_options.seq_len = o.seq_len;
@@ -51,8 +48,6 @@ std::shared_ptr<const io::Dataset> open_profile_dataset(const ProfileOptions& o)
   data_options.seed = o.seed;
   return io::open_dataset(o.dataset, o.data_dir, "train", data_options);
 }
-
-}  // namespace
 
 std::unique_ptr<graph::Model> load_cli_model(const ProfileOptions& o, std::string* dataset) {
   std::shared_ptr<const io::Dataset> data = open_profile_dataset(o);

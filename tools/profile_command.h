@@ -39,6 +39,8 @@ struct ModelProfile {
   std::string threads;  // the threads the ops ran on, in words
 };
 
+// The training split of the flags' dataset (text datasets: their sequence length and task).
+std::shared_ptr<const io::Dataset> open_profile_dataset(const ProfileOptions& options);
 // The model of the flags, checked against the dataset's samples; `dataset` gets its name.
 std::unique_ptr<graph::Model> load_cli_model(const ProfileOptions& options, std::string* dataset);
 // Builds the model and runs options.steps training steps of options.batch_size samples (forward,
