@@ -97,11 +97,13 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
                                                         (gpipe ? 0.0 : first_window));
     if (policy(j) == MemoryPolicy::kSwap) swapping_out += layers[j].saved_bytes;
   }
-  // A backward can start while the swap-outs of the forward before it are still on their way out
-  // (the runtime drains them only before the next forward, so that the copies overlap this
-  // backward): every backward layer's transient counts one micro-batch's swapped bytes.
+  // Under 1f1b and async-1f1b each backward follows a forward whose swap-outs start just before
+  // it, and the runtime drains them only before the next forward (so that the copies overlap
+  // this backward): every backward layer's transient counts one micro-batch's swapped bytes.
+  // Under gpipe only the first backward of a step follows a forward, and the M - 1 forwards
+  // before it gave the copies their time.
   for (size_t j = 0; j < n; ++j) {
-    double extra = swapping_out;
+    double extra = gpipe ? 0.0 : swapping_out;
     if (policy(j) == MemoryPolicy::kRecompute) {
       // The backward of a segment's last layer runs with the whole segment replayed.
       size_t a = j;

@@ -21,9 +21,10 @@
 // (its output's bytes), the received output gradients, and the worst transient of one layer:
 // its forward's or backward's temporaries above the level it starts at (measured by the
 // profiler), with the swap-outs of the micro-batch's earlier layers still in flight during a
-// forward (and all of the previous forward's during a backward), a replayed recompute segment's
-// tapes while its backward runs, and the swapped layers on their way back during a backward (the
-// prefetch depth). The peak is constant + copies x dependent + boundary + worst transient.
+// forward (and, under 1f1b and async-1f1b, all of the previous forward's during a backward), a
+// replayed recompute segment's tapes while its backward runs, and the swapped layers on their way
+// back during a backward (the prefetch depth). The peak is constant + copies x dependent + boundary
+// + worst transient.
 //
 // Time (Eq. 2). t_fwd = sum f_i; t_bwd = sum (b_i + R_i f_i) + max(0, 2 sum S_i a_i / P - window)
 // with window = t_fwd + sum (b_i + R_i f_i): the equation's t_bwd on the right is taken without
