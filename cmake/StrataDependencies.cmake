@@ -79,7 +79,18 @@ if(STRATA_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   target_compile_definitions(strata_dependencies INTERFACE STRATA_WITH_CUDA=1)
-  target_link_libraries(strata_dependencies INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt)
+  target_link_libraries(strata_dependencies INTERFACE CUDA::cudart)
+  # cuBLAS and cuBLASLt are loaded when the first CUDA context is made (engine/cublas_lazy.h:
+  # libcublasLt costs ~0.5 s of CPU to load, at every start of every program otherwise), through
+  # jumps written for x86-64; elsewhere they are linked.
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_SYSTEM_NAME STREQUAL "Linux")
+    set(STRATA_CUBLAS_LAZY ON)
+    enable_language(ASM)
+    target_link_libraries(strata_dependencies INTERFACE ${CMAKE_DL_LIBS})
+  else()
+    set(STRATA_CUBLAS_LAZY OFF)
+    target_link_libraries(strata_dependencies INTERFACE CUDA::cublas CUDA::cublasLt)
+  endif()
   find_path(CUDNN_INCLUDE_DIR cudnn.h
     HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
   # A wheel's lib/ holds only the versioned file (libcudnn.so.9, libnccl.so.2).

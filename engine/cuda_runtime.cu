@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/cublas_lazy.h"
 #include "engine/cuda_check.h"
 #include "engine/cuda_exec.h"
 #include "engine/cuda_runtime.h"
@@ -330,6 +331,7 @@ CudaExec::CudaExec(int device) : stream_(device) {
   STRATA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   sm_count_ = prop.multiProcessorCount;
   compute_capability_ = prop.major * 10 + prop.minor;
+  load_cublas();  // loaded here, not when the program starts (engine/cublas_lazy.h)
   STRATA_CUBLAS_CHECK(cublasCreate(&blas_));
   STRATA_CUBLAS_CHECK(cublasSetStream(blas_, stream_.get()));
   STRATA_CUBLAS_CHECK(cublasLtCreate(&blas_lt_));
