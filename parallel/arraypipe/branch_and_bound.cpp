@@ -6,8 +6,12 @@
 // the smallest earliest end of its device occupancy, est + occupancy, on device m. In an optimal
 // completion, the first of the unscheduled operations on m starts before that end (else o* fits in
 // front of it without delaying anything), so branching over those operations (the conflict set)
-// loses nothing. Jobs with identical times at the same point of their chain are interchangeable:
-// only one of them is branched on.
+// loses nothing. Jobs with identical times are interchangeable: relabelling two of them so that
+// the lower index takes the earlier start of every operation index keeps the schedule feasible
+// (each chain still holds: the earlier of two predecessors plus the lag precedes the earlier of
+// two successors) with the same device intervals, so some optimal active schedule runs every
+// operation of job i before the same operation of an identical job j > i, and the search only
+// branches on j's operation k once i has scheduled its operation k.
 #include "parallel/arraypipe/branch_and_bound.h"
 
 #include <algorithm>
@@ -51,14 +55,14 @@ class Search {
       for (int k = ops_ - 1; k >= 0; --k) tail(j, k) = tail(j, k + 1) + in_.lag(j, k);
     }
     // Jobs with the same times everywhere are interchangeable.
-    twin_of_.assign(jobs_, -1);
+    previous_twin_.assign(jobs_, -1);
     for (int j = 0; j < jobs_; ++j) {
-      for (int i = 0; i < j && twin_of_[j] < 0; ++i) {
+      for (int i = j - 1; i >= 0 && previous_twin_[j] < 0; --i) {
         bool same = true;
         for (int k = 0; k < ops_ && same; ++k) {
           same = in_.lag(i, k) == in_.lag(j, k) && in_.occupancy(i, k) == in_.occupancy(j, k);
         }
-        if (same) twin_of_[j] = twin_of_[i] >= 0 ? twin_of_[i] : i;
+        if (same) previous_twin_[j] = i;
       }
     }
   }
@@ -203,13 +207,8 @@ class Search {
       if (op >= ops_ || in_.stage_of(op) != device) continue;
       const double est = std::max(n.job_ready[j], n.device_free[device]);
       if (est >= star_end) continue;
-      bool twin_taken = false;
-      for (const Child& c : children) {
-        const int i = c.job;
-        twin_taken |= twin_of_[j] >= 0 && (twin_of_[i] == twin_of_[j] || twin_of_[j] == i) &&
-                      n.next_op[i] == op && n.job_ready[i] == n.job_ready[j];
-      }
-      if (twin_taken) continue;
+      const int twin = previous_twin_[j];
+      if (twin >= 0 && n.next_op[twin] <= op) continue;  // the twin runs operation op first
       NodeState c = apply(n, j);
       const double b = std::max(bound, lower_bound(c));
       if (b >= best_) continue;
@@ -238,7 +237,7 @@ class Search {
   int jobs_, stages_, ops_;
   std::vector<double> prefix_lag_;  // [job][k]: lags of operations 0..k-1
   std::vector<double> tail_;        // [job][k]: lags of operations k..2S-1
-  std::vector<int> twin_of_;        // [job]: the first job with identical times, or -1
+  std::vector<int> previous_twin_;  // [job]: the last job before it with identical times, or -1
   std::vector<int> path_;
   std::vector<int> best_sequence_;
   double best_ = kInf;

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   int repeats = 3;
   CLI::App app("ArrayPipe scheduler: B&B and GA wall time and the makespan of every scheduler");
-  app.add_option("--jobs", job_counts, "Job-array sizes");
+  app.add_option("--jobs", job_counts, "Job-array sizes")->delimiter(',');
   app.add_option("--stages", stages, "Pipeline stages (devices)");
   app.add_option("--bnb-time-limit", bnb_limit, "Seconds before B&B is cut (per instance)");
   app.add_option("--ga-population", population, "GA population");
