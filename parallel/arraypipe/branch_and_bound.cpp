@@ -48,10 +48,8 @@ class Search {
         jobs_(instance.jobs()),
         stages_(instance.stages()),
         ops_(instance.operations_per_job()) {
-    prefix_lag_.assign(static_cast<size_t>(jobs_) * (ops_ + 1), 0.0);
     tail_.assign(static_cast<size_t>(jobs_) * (ops_ + 1), 0.0);
     for (int j = 0; j < jobs_; ++j) {
-      for (int k = 0; k < ops_; ++k) prefix(j, k + 1) = prefix(j, k) + in_.lag(j, k);
       for (int k = ops_ - 1; k >= 0; --k) tail(j, k) = tail(j, k + 1) + in_.lag(j, k);
     }
     // Jobs with the same times everywhere are interchangeable.
@@ -73,19 +71,28 @@ class Search {
   }
 
   double lower_bound(const NodeState& n) const {
+    // Heads: the job's chain from its next operation, each operation no earlier than its device
+    // is free (every unscheduled operation on a device follows the ones scheduled there).
+    std::vector<double>& head = head_scratch_;
+    head.assign(static_cast<size_t>(jobs_) * ops_, 0.0);
     double bound = 0;
     for (int j = 0; j < jobs_; ++j) {
-      bound = std::max(bound, n.job_ready[j] + tail(j, n.next_op[j]));
+      double h = n.job_ready[j];
+      for (int k = n.next_op[j]; k < ops_; ++k) {
+        h = std::max(h, n.device_free[in_.stage_of(k)]);
+        head[static_cast<size_t>(j) * ops_ + k] = h;
+        h += in_.lag(j, k);
+      }
+      bound = std::max(bound, h);  // the job's own chain to Eq. 3's end
     }
-    std::vector<PendingOp> pending;
+    std::vector<PendingOp>& pending = pending_scratch_;
     for (int s = 0; s < stages_; ++s) {
       pending.clear();
       for (int j = 0; j < jobs_; ++j) {
         for (int k : {s, ops_ - 1 - s}) {
           if (n.next_op[j] > k) continue;
-          const double head = n.job_ready[j] + prefix(j, k) - prefix(j, n.next_op[j]);
           const double occ = in_.occupancy(j, k);
-          pending.push_back({std::max(head, n.device_free[s]), occ, tail(j, k) - occ});
+          pending.push_back({head[static_cast<size_t>(j) * ops_ + k], occ, tail(j, k) - occ});
         }
       }
       bound = std::max(bound, preemptive_jackson(&pending));
@@ -227,18 +234,17 @@ class Search {
     }
   }
 
-  double& prefix(int j, int k) { return prefix_lag_[static_cast<size_t>(j) * (ops_ + 1) + k]; }
-  double prefix(int j, int k) const { return prefix_lag_[static_cast<size_t>(j) * (ops_ + 1) + k]; }
   double& tail(int j, int k) { return tail_[static_cast<size_t>(j) * (ops_ + 1) + k]; }
   double tail(int j, int k) const { return tail_[static_cast<size_t>(j) * (ops_ + 1) + k]; }
 
   const Instance& in_;
   BnbOptions options_;
   int jobs_, stages_, ops_;
-  std::vector<double> prefix_lag_;  // [job][k]: lags of operations 0..k-1
   std::vector<double> tail_;        // [job][k]: lags of operations k..2S-1
   std::vector<int> previous_twin_;  // [job]: the last job before it with identical times, or -1
   std::vector<int> path_;
+  mutable std::vector<double> head_scratch_;        // lower_bound()'s heads [job][op]
+  mutable std::vector<PendingOp> pending_scratch_;  // lower_bound()'s operations of a device
   std::vector<int> best_sequence_;
   double best_ = kInf;
   double dive_ = kInf;
