@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "engine/check.h"
@@ -119,6 +120,54 @@ void set_communication_times(Instance* instance,
       instance->at(j, s + 1).send_backward = eta;
     }
   }
+}
+
+bool zero_stall_prefetch(const Instance& instance,
+                         const std::vector<std::vector<double>>& state_bytes,
+                         const std::vector<int>& server_of_stage, double bandwidth_host,
+                         std::string* why) {
+  const int jobs = instance.jobs();
+  const int stages = instance.stages();
+  STRATA_CHECK(bandwidth_host > 0)
+      << "ArrayPipe Eq. 2: the host bandwidth must be positive (got " << bandwidth_host << ")";
+  STRATA_CHECK_EQ(static_cast<int>(server_of_stage.size()), stages)
+      << "ArrayPipe Eq. 2: one server per stage";
+  STRATA_CHECK_EQ(static_cast<int>(state_bytes.size()), jobs)
+      << "ArrayPipe Eq. 2: block-state sizes for every job";
+  for (int j = 0; j < jobs; ++j) {
+    STRATA_CHECK_EQ(static_cast<int>(state_bytes[j].size()), stages)
+        << "ArrayPipe Eq. 2: job " << j << " needs one block-state size per stage";
+  }
+  std::vector<int> servers = server_of_stage;
+  std::sort(servers.begin(), servers.end());
+  servers.erase(std::unique(servers.begin(), servers.end()), servers.end());
+  for (int h : servers) {
+    double swap = 0;
+    double shortest = std::numeric_limits<double>::infinity();
+    for (int j = 0; j < jobs; ++j) {
+      double bytes = 0;
+      for (int s = 0; s < stages; ++s) {
+        if (server_of_stage[s] != h) continue;
+        STRATA_CHECK(std::isfinite(state_bytes[j][s]) && state_bytes[j][s] >= 0)
+            << "ArrayPipe Eq. 2: job " << j << " stage " << s << " block state of "
+            << state_bytes[j][s] << " bytes";
+        bytes += state_bytes[j][s];
+        const BlockTimes& t = instance.at(j, s);
+        shortest = std::min(shortest, t.forward - (s + 1 < stages ? t.send_forward : 0.0));
+      }
+      swap = std::max(swap, bytes / bandwidth_host);
+    }
+    if (swap > shortest) {
+      if (why != nullptr) {
+        std::ostringstream s;
+        s << "server " << h << ": swapping its stages' block states takes " << swap
+          << " but the shortest forward block there (less its send) takes " << shortest;
+        *why = s.str();
+      }
+      return false;
+    }
+  }
+  return true;
 }
 
 void validate_instance(const Instance& instance) {

@@ -81,6 +81,17 @@ void set_communication_times(Instance* instance,
                              const std::vector<int>& server_of_stage, double bandwidth_inter,
                              double bandwidth_intra);
 
+// Eq. 2, the zero-stall prefetch condition, in the conservative reading of the note's §6.2: on
+// every server h, swapping in the block states of all of h's stages at once over the shared
+// host link (the largest over the jobs of sum_{s in S_h} m_s^j / bandwidth_host) takes no longer
+// than the shortest forward block on h less its send (min over jobs and s in S_h of
+// r_f - eta_f). state_bytes[j][s] is m_s^j. Returns true when it holds; otherwise false with
+// `why` (if given) naming the server, the swap time and the shortest block.
+bool zero_stall_prefetch(const Instance& instance,
+                         const std::vector<std::vector<double>>& state_bytes,
+                         const std::vector<int>& server_of_stage, double bandwidth_host,
+                         std::string* why = nullptr);
+
 // Throws strata::Error naming the job, the stage and the time when a time is negative or not
 // finite, when a forward or backward time is not positive, or the shape is wrong.
 void validate_instance(const Instance& instance);

@@ -272,6 +272,25 @@ TEST(ArrayPipeScheduler, CommunicationTimesFollowServerPlacement) {
   EXPECT_EQ(in.at(0, 2).send_backward, 20);
 }
 
+TEST(ArrayPipeScheduler, ZeroStallPrefetchConditionPerServer) {
+  Instance in = tv2();  // forward times 1, 2, 3 on both stages
+  in.at(0, 0).send_forward = 0.25;
+  std::string why;
+  // One server: the largest job swaps 2 + 2 bytes at 8 bytes/unit = 0.5 <= 1 - 0.25.
+  EXPECT_TRUE(zero_stall_prefetch(in, {{1, 1}, {2, 2}, {1, 1}}, {0, 0}, 8, &why));
+  // 4 + 4 bytes: 1 > 0.75.
+  EXPECT_FALSE(zero_stall_prefetch(in, {{1, 1}, {4, 4}, {1, 1}}, {0, 0}, 8, &why));
+  EXPECT_NE(why.find("server 0: swapping its stages' block states takes 1 but the shortest"),
+            std::string::npos)
+      << why;
+  // The same states on two servers: each swaps one stage's (0.5), within both servers' blocks.
+  EXPECT_TRUE(zero_stall_prefetch(in, {{1, 1}, {4, 4}, {1, 1}}, {0, 1}, 8));
+  EXPECT_NE(error_of([&] {
+              zero_stall_prefetch(in, {{1, 1}}, {0, 0}, 8);
+            }).find("block-state sizes for every job"),
+            std::string::npos);
+}
+
 TEST(ArrayPipeScheduler, SelectionLimitsAndRescheduling) {
   EXPECT_EQ(parse_scheduler_kind("gpipe"), SchedulerKind::kGpipe);
   EXPECT_NE(error_of([] { parse_scheduler_kind("1f1b"); }).find("valid: bnb, ga"),
