@@ -12,6 +12,12 @@
 
 namespace strata::parallel::arraypipe {
 
+GaDecoding parse_ga_decoding(const std::string& name) {
+  if (name == "semi-active") return GaDecoding::kSemiActive;
+  if (name == "active") return GaDecoding::kActive;
+  STRATA_THROW() << "ArrayPipe GA decoding: unknown '" << name << "'; valid: semi-active, active";
+}
+
 std::vector<int> pox_crossover(const std::vector<int>& keep, const std::vector<int>& fill,
                                const std::vector<bool>& job_set) {
   STRATA_CHECK_EQ(keep.size(), fill.size()) << "POX: parents of different lengths";
@@ -36,6 +42,58 @@ void swap_mutation(std::vector<int>* sequence, std::mt19937_64* rng) {
   size_t b = pick(*rng);
   while (b == a) b = pick(*rng);
   std::swap((*sequence)[a], (*sequence)[b]);
+}
+
+std::vector<int> active_sequence(const Instance& instance, const std::vector<int>& chromosome) {
+  const int jobs = instance.jobs();
+  const int ops = instance.operations_per_job();
+  STRATA_CHECK_EQ(chromosome.size(), static_cast<size_t>(jobs) * ops)
+      << "ArrayPipe GA: chromosome of the wrong length";
+  // position[j][k]: where job j's k-th gene is; its priority for operation k.
+  std::vector<int> seen(jobs, 0);
+  std::vector<int> position(chromosome.size());
+  for (size_t i = 0; i < chromosome.size(); ++i) {
+    const int j = chromosome[i];
+    STRATA_CHECK(j >= 0 && j < jobs && seen[j] < ops)
+        << "ArrayPipe GA: chromosome holds job " << j << " too often or outside the array";
+    position[static_cast<size_t>(j) * ops + seen[j]++] = static_cast<int>(i);
+  }
+  std::vector<int> next_op(jobs, 0);
+  std::vector<double> job_ready(jobs, 0.0);
+  std::vector<double> device_free(instance.stages(), 0.0);
+  std::vector<int> out;
+  out.reserve(chromosome.size());
+  for (size_t step = 0; step < chromosome.size(); ++step) {
+    int star = -1;
+    double star_end = 0;
+    for (int j = 0; j < jobs; ++j) {
+      if (next_op[j] >= ops) continue;
+      const int op = next_op[j];
+      const double end =
+          std::max(job_ready[j], device_free[instance.stage_of(op)]) + instance.occupancy(j, op);
+      if (star < 0 || end < star_end) {
+        star = j;
+        star_end = end;
+      }
+    }
+    const int device = instance.stage_of(next_op[star]);
+    int pick = -1;
+    for (int j = 0; j < jobs; ++j) {
+      const int op = next_op[j];
+      if (op >= ops || instance.stage_of(op) != device) continue;
+      if (std::max(job_ready[j], device_free[device]) >= star_end) continue;
+      if (pick < 0 || position[static_cast<size_t>(j) * ops + op] <
+                          position[static_cast<size_t>(pick) * ops + next_op[pick]]) {
+        pick = j;
+      }
+    }
+    const int op = next_op[pick]++;
+    const double e = std::max(job_ready[pick], device_free[device]);
+    device_free[device] = e + instance.occupancy(pick, op);
+    job_ready[pick] = e + instance.lag(pick, op);
+    out.push_back(pick);
+  }
+  return out;
 }
 
 std::vector<int> random_sequence(int jobs, int copies, std::mt19937_64* rng) {
@@ -72,10 +130,13 @@ GaResult genetic_schedule(const Instance& instance, const GaOptions& options,
   while (static_cast<int>(population.size()) < options.population) {
     population.push_back(random_sequence(jobs, copies, &rng));
   }
+  auto fitness_of = [&](const std::vector<int>& chromosome) {
+    return options.decoding == GaDecoding::kActive
+               ? decode_makespan(instance, active_sequence(instance, chromosome))
+               : decode_makespan(instance, chromosome);
+  };
   std::vector<double> fitness(population.size());
-  for (size_t i = 0; i < population.size(); ++i) {
-    fitness[i] = decode_makespan(instance, population[i]);
-  }
+  for (size_t i = 0; i < population.size(); ++i) fitness[i] = fitness_of(population[i]);
 
   GaResult result;
   auto best_index = [&] {
@@ -125,9 +186,7 @@ GaResult genetic_schedule(const Instance& instance, const GaOptions& options,
       }
     }
     population = std::move(next);
-    for (size_t i = 0; i < population.size(); ++i) {
-      fitness[i] = decode_makespan(instance, population[i]);
-    }
+    for (size_t i = 0; i < population.size(); ++i) fitness[i] = fitness_of(population[i]);
     const size_t b = best_index();
     if (fitness[b] < result.makespan) {
       result.makespan = fitness[b];
@@ -135,6 +194,9 @@ GaResult genetic_schedule(const Instance& instance, const GaOptions& options,
     }
     result.best_per_generation.push_back(result.makespan);
     ++result.generations_run;
+  }
+  if (options.decoding == GaDecoding::kActive) {
+    result.sequence = active_sequence(instance, result.sequence);
   }
   result.schedule = decode(instance, result.sequence);
   result.makespan = makespan(instance, result.schedule);

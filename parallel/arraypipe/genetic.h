@@ -10,11 +10,24 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "parallel/arraypipe/instance.h"
 
 namespace strata::parallel::arraypipe {
+
+// How a chromosome becomes a schedule.
+//   kSemiActive  the paper's: the k-th occurrence of job j appends j's operation k to its device
+//                at the earliest time (decode() in instance.h).
+//   kActive      Giffler-Thompson decoding with the chromosome as a priority list: the next
+//                operation that can end first fixes the device, and among the operations that
+//                could start on it before that end, the one whose gene comes first runs. Only
+//                active schedules come out (no block could start earlier without delaying
+//                another), which the semi-active decoding of a random chromosome seldom gives.
+enum class GaDecoding { kSemiActive, kActive };
+// "semi-active" | "active"; anything else throws strata::Error listing both.
+GaDecoding parse_ga_decoding(const std::string& name);
 
 struct GaOptions {
   int population = 200;
@@ -25,10 +38,11 @@ struct GaOptions {
   int elite = 1;                // the best individuals copied unchanged into the next generation
   uint64_t seed = 1;
   double time_limit_s = 0;  // stop after this long (0: run every generation)
+  GaDecoding decoding = GaDecoding::kSemiActive;
 };
 
 struct GaResult {
-  std::vector<int> sequence;  // the best chromosome
+  std::vector<int> sequence;  // the best schedule as an operation sequence (decode() it)
   TimedSchedule schedule;     // decode(instance, sequence)
   double makespan = 0;
   std::vector<double> best_per_generation;  // best-so-far makespan after each generation
@@ -48,6 +62,9 @@ std::vector<int> pox_crossover(const std::vector<int>& keep, const std::vector<i
                                const std::vector<bool>& job_set);
 // Swaps two distinct random positions (no-op on sequences shorter than 2).
 void swap_mutation(std::vector<int>* sequence, std::mt19937_64* rng);
+// kActive's decoding of a chromosome: the operation sequence of the active schedule it stands for
+// (decode() of it gives that schedule).
+std::vector<int> active_sequence(const Instance& instance, const std::vector<int>& chromosome);
 // A random chromosome: each job `copies` times, shuffled.
 std::vector<int> random_sequence(int jobs, int copies, std::mt19937_64* rng);
 

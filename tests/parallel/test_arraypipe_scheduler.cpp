@@ -158,6 +158,38 @@ TEST(ArrayPipeScheduler, GeneticAlgorithmWithinOneOfTheOptimum) {
   }
 }
 
+TEST(ArrayPipeScheduler, ActiveDecodingGeneticAlgorithmWithinOneOfTheOptimum) {
+  struct Case {
+    Instance in;
+    double optimum;
+  };
+  for (const Case& c : {Case{tv1(), 14}, Case{tv2(), 23}, Case{tv3(), 21}, Case{tv5(), 29}}) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      GaOptions o;
+      o.population = 50;
+      o.generations = 100;
+      o.seed = seed;
+      o.decoding = GaDecoding::kActive;
+      const GaResult r = genetic_schedule(c.in, o);
+      EXPECT_LE(r.makespan, c.optimum + 1) << "seed " << seed;
+      validate_schedule(c.in, r.schedule);
+      EXPECT_EQ(decode_makespan(c.in, r.sequence), r.makespan);
+    }
+  }
+  // The active decoding of any chromosome is a schedule of the same operations.
+  std::mt19937_64 rng(13);
+  const Instance in = random_instance(rng, 5, 3, true);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto chromosome = random_sequence(5, in.operations_per_job(), &rng);
+    auto active = active_sequence(in, chromosome);
+    validate_schedule(in, decode(in, active));
+    std::sort(active.begin(), active.end());
+    auto sorted = chromosome;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(active, sorted);
+  }
+}
+
 TEST(ArrayPipeScheduler, GeneticAlgorithmIsDeterministicForASeed) {
   GaOptions o;
   o.population = 20;
@@ -293,6 +325,9 @@ TEST(ArrayPipeScheduler, ZeroStallPrefetchConditionPerServer) {
 
 TEST(ArrayPipeScheduler, SelectionLimitsAndRescheduling) {
   EXPECT_EQ(parse_scheduler_kind("gpipe"), SchedulerKind::kGpipe);
+  EXPECT_EQ(parse_ga_decoding("active"), GaDecoding::kActive);
+  EXPECT_NE(error_of([] { parse_ga_decoding("lazy"); }).find("valid: semi-active, active"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse_scheduler_kind("1f1b"); }).find("valid: bnb, ga"),
             std::string::npos);
   std::mt19937_64 rng(9);
