@@ -311,9 +311,10 @@ TimedSchedule evaluate(const Instance& instance, const TaskGraph& graph) {
     if (!progress) {
       std::ostringstream stuck;
       for (int s = 0; s < stages; ++s) {
+        if (position[s] >= graph.device_order[s].size()) continue;  // this device is done
         const Block& b = graph.device_order[s][position[s]];
-        stuck << (s ? "; " : "") << "stage " << s << " waits to run "
-              << block_name(instance, b.job, op_of(instance, s, b)) << " before "
+        stuck << (stuck.tellp() > 0 ? "; " : "") << "stage " << s << "'s next block is "
+              << block_name(instance, b.job, op_of(instance, s, b)) << " but the job is still at "
               << block_name(instance, b.job, next_op[b.job]);
       }
       STRATA_THROW() << "ArrayPipe schedule deadlocks: the device orders contradict the jobs' "

@@ -276,7 +276,11 @@ TEST(ArrayPipeScheduler, ValidatorAcceptsTheNotesScheduleAndRejectsEachConstrain
   // Device orders that contradict the jobs' own order cannot be evaluated.
   TaskGraph cycle = ok.graph;
   std::swap(cycle.device_order[0][0], cycle.device_order[0][2]);  // A's backward before its forward
-  EXPECT_NE(error_of([&] { evaluate(in, cycle); }).find("deadlocks"), std::string::npos);
+  EXPECT_NE(error_of([&] { evaluate(in, cycle); })
+                .find("deadlocks: the device orders contradict the jobs' stage order (stage 0's "
+                      "next block is job 0 backward on stage 0 but the job is still at job 0 "
+                      "forward on stage 0"),
+            std::string::npos);
   EXPECT_TRUE(replay(in, cycle).deadlocked);
 }
 
