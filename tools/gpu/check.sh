@@ -213,6 +213,7 @@ for f in "$build_dir/strata" "$build_dir"/tests/*/test_*; do
   [[ -n $m ]] && unresolved+="$(basename "$f"): $m; "
 done
 ldd "$build_dir/strata" | grep -E 'libcuda|libcudart|libcublas|libcudnn|libnccl' | sed 's/^\s*/  strata: /'
+echo "  strata: cuBLAS and cuBLASLt are opened when the first CUDA context is made (engine/cublas_lazy.h), not listed by ldd"
 if [[ -n $unresolved ]]; then
   echo "unresolved: $unresolved"; note "ldd binaries" FAIL "$unresolved"
 else
