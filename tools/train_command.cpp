@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -42,6 +41,7 @@
 #include "tools/text_commands.h"
 #include "tools/train_layout.h"
 #include "tools/train_reports.h"
+#include "tools/train_signals.h"
 
 #ifdef STRATA_WITH_MPI
 #include "parallel/comm/mpi_comm.h"
@@ -66,66 +66,6 @@ DType compute_dtype(const std::string& precision) {
   if (precision == "fp16") return DType::kF16;
   return DType::kF32;
 }
-
-// Signals, with --checkpoint-dir: SIGTERM (preemption) and SIGINT (Ctrl-C) ask for a checkpoint
-// at the end of the current step, then a clean stop (exit status 0); a second one stops at once
-// (the default action). SIGHUP asks for a checkpoint and training goes on. Open MPI's mpirun ends
-// the job on SIGTERM/SIGINT instead of forwarding them, but forwards SIGUSR1 and SIGUSR2 to every
-// rank: SIGUSR1 acts as SIGTERM and SIGUSR2 as SIGHUP. The handler only bumps
-// lock-free counters and write(2)s a line, both async-signal-safe; the trainer polls the counters
-// at step boundaries and the ranks agree on them.
-parallel::RunControl* g_control = nullptr;
-
-void write_stderr(const char* text) {
-  size_t n = 0;
-  while (text[n] != '\0') ++n;
-  ssize_t ignored = ::write(STDERR_FILENO, text, n);
-  (void)ignored;
-}
-
-extern "C" void on_signal(int sig) {
-  if (g_control == nullptr) return;
-  if (sig == SIGHUP || sig == SIGUSR2) {
-    g_control->save.fetch_add(1);
-    write_stderr(sig == SIGHUP ? "strata: SIGHUP: a checkpoint at the end of this step\n"
-                               : "strata: SIGUSR2: a checkpoint at the end of this step\n");
-    return;
-  }
-  g_control->stop.fetch_add(1);
-  std::signal(sig, SIG_DFL);  // a second one stops at once
-  write_stderr(sig == SIGTERM ? "strata: SIGTERM: checkpoint at the end of this step, then stop "
-                                "(send it again to stop at once)\n"
-               : sig == SIGINT
-                   ? "strata: SIGINT: checkpoint at the end of this step, then stop "
-                     "(press Ctrl-C again to stop at once)\n"
-                   : "strata: SIGUSR1: checkpoint at the end of this step, then stop\n");
-}
-
-constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
-
-// Installs the handlers for the lifetime of a run and removes them after.
-class SignalScope {
- public:
-  explicit SignalScope(parallel::RunControl* control) : active_(control != nullptr) {
-    if (!active_) return;
-    g_control = control;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (int sig : kSignals) sigaction(sig, &sa, nullptr);
-  }
-  ~SignalScope() {
-    if (!active_) return;
-    for (int sig : kSignals) std::signal(sig, SIG_DFL);
-    g_control = nullptr;
-  }
-  SignalScope(const SignalScope&) = delete;
-  SignalScope& operator=(const SignalScope&) = delete;
-
- private:
-  bool active_;
-};
 
 // What every rank of this process shares: data, the model's spec, the layout.
 struct Setup {
