@@ -51,6 +51,8 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
   e.constant_bytes = params * (2.0 + setting.optimizer_slots) + (setting.mixed ? params : 0.0);
   if (setting.schedule == ScheduleKind::kAsync1F1B) {
     e.constant_bytes += params * static_cast<double>(std::max<int64_t>(0, e.copies - 1));
+    // The runtime's backward on a stashed version also keeps a copy of the current weights.
+    if (e.copies > 1 && !setting.paper_model) e.constant_bytes += params;
   }
   // Dependent, per micro-batch.
   for (size_t j = 0; j < n; ++j) {
@@ -105,13 +107,22 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
   for (size_t j = 0; j < n; ++j) {
     double extra = gpipe ? 0.0 : swapping_out;
     if (policy(j) == MemoryPolicy::kRecompute) {
-      // The backward of a segment's last layer runs with the whole segment replayed.
+      // The backward of a segment's last layer replays the whole segment; each layer's backward
+      // then runs with the tapes of the segment's layers before it and its own (those after it
+      // are released), and the replay's forward of layer i with the tapes of a..i-1 beside
+      // layer i's forward temporaries.
       size_t a = j;
       while (a > 0 && policy(a - 1) == MemoryPolicy::kRecompute) --a;
       const bool last_of_segment = j + 1 == n || policy(j + 1) != MemoryPolicy::kRecompute;
-      if (last_of_segment) {
-        for (size_t i = a; i <= j; ++i) extra += layers[i].saved_bytes;
+      double replayed = 0.0;
+      for (size_t i = a; i <= j; ++i) {
+        if (last_of_segment) {
+          e.transient_bytes =
+              std::max(e.transient_bytes, extra + replayed + layers[i].forward_peak_bytes);
+        }
+        replayed += layers[i].saved_bytes;
       }
+      extra += replayed;
     } else if (policy(j) == MemoryPolicy::kSwap) {
       // This layer back, the next swapped layers on their way in, and under gpipe the next
       // micro-batch's first ones.

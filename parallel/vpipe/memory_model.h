@@ -11,7 +11,8 @@
 // forwards, then holds p - k), M under gpipe. Constant: parameters, gradients and optimizer state
 // (slots x m_i; plus the 16-bit working copies of parameters and gradients under mixed precision);
 // under async-1f1b also the stashed weight versions, up to copies - 1 of them (ASP: m_i is
-// dependent, §2.1). Dependent, per micro-batch:
+// dependent, §2.1), and the copy of the current weights that a backward on a stashed version
+// keeps while it runs. Dependent, per micro-batch:
 //   keep       a_i (a storage the previous layer also keeps, shared_i, counts once: resident if
 //              either layer keeps it);
 //   swap       0 (Eq. 1: swapped tensors count zero);

@@ -61,13 +61,19 @@ TEST(VpipeModel, Eq1CopiesAndConstantMemory) {
   // A recompute segment of layers 1-2 keeps its input (1000 B) instead of 6000 B of tapes.
   e = estimate_stage_memory(l, 0, plan_of({K, R, R}), s);
   EXPECT_DOUBLE_EQ(e.dependent_bytes, 1000.0 + 1000.0);
-  // gpipe keeps all M = 8; async-1f1b also stashes p - k - 1 = 2 versions of the parameters.
+  // gpipe keeps all M = 8; async-1f1b also stashes p - k - 1 = 2 versions of the parameters,
+  // and a backward on a stashed version keeps a copy of the current ones (the paper's Eq. 1
+  // does not count that copy).
   s.schedule = ScheduleKind::kGPipe;
   EXPECT_EQ(estimate_stage_memory(l, 0, plan_of({K, K, K}), s).copies, 8);
   s.schedule = ScheduleKind::kAsync1F1B;
   e = estimate_stage_memory(l, 0, plan_of({K, K, K}), s);
   EXPECT_EQ(e.copies, 3);
-  EXPECT_DOUBLE_EQ(e.constant_bytes, 2400.0 + 2 * 600.0);
+  EXPECT_DOUBLE_EQ(e.constant_bytes, 2400.0 + 3 * 600.0);
+  s.paper_model = true;
+  EXPECT_DOUBLE_EQ(estimate_stage_memory(l, 0, plan_of({K, K, K}), s).constant_bytes,
+                   2400.0 + 2 * 600.0);
+  s.paper_model = false;
   // The last stage keeps one copy; mixed precision adds the 16-bit working weights and
   // gradients (half of m each).
   s.schedule = ScheduleKind::k1F1B;

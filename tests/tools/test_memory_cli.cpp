@@ -6,6 +6,8 @@
 // predicted peak is within 15% of it.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -140,21 +142,20 @@ TEST(MemoryCli, Gpt2TwoGroupsOfTwoMpiStages) {
 }
 #endif
 
-// The bound: 4 stages under gpipe (every micro-batch of the step in flight) with a limit keep
-// cannot meet (it runs out of memory, naming the layer and the limit); auto trains under it, and
-// every stage's measured peak is under the limit and within 15% of the planner's prediction
-// (swap plans are underestimated by 11% here: issue 13's note).
-TEST(MemoryCli, AutoTrainsUnderALimitWhereKeepRunsOutOfMemory) {
-  const std::string dir = strata::testing::fresh_temp_dir("strata_memory_cli_bound");
+// The bound: with a limit keep cannot meet (it runs out of memory, naming the layer and the
+// limit), auto trains under it, and every stage's measured peak is under the limit and under the
+// planner's prediction (gpipe's swap plans: within 12%), which is at most 25% above it (keep plans
+// are counted conservatively). gpipe on 4 stages (every micro-batch of the step in flight), and
+// 1f1b and async-1f1b on 2 (p - k in flight, stashed weights) with micro-batches of 2 rows.
+void expect_auto_under_a_limit(const std::string& name, const std::string& layout,
+                               double fraction) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_memory_cli_bound_" + name);
   std::string gpt2 = kGpt2;
   gpt2.replace(gpt2.find("--seq-len 32"), 12, "--seq-len 64");
-  const std::string args = gpt2 +
-                           " --stages 4 --local --schedule gpipe --steps 2 "
-                           "--batch-size 32 --micro-batches 8 --partition uniform --seed 3 "
-                           "--eval-batch-size 4";
+  const std::string args = gpt2 + " --local --steps 2 --partition uniform --seed 3 " + layout;
   const TrainRun unlimited = train_run(dir, "unlimited", args);
   ASSERT_EQ(unlimited.status, 0) << unlimited.output;
-  const long long limit = static_cast<long long>(0.6 * max_peak(unlimited));
+  const long long limit = static_cast<long long>(fraction * max_peak(unlimited));
   const std::string limited = args + " --mem-limit " + std::to_string(limit);
   const TrainRun keep = train_run(dir, "keep", limited + " --memory-policy keep");
   EXPECT_NE(keep.status, 0) << keep.output;
@@ -163,16 +164,41 @@ TEST(MemoryCli, AutoTrainsUnderALimitWhereKeepRunsOutOfMemory) {
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_EQ(a.losses, unlimited.losses);
   EXPECT_TRUE(a.weights == unlimited.weights);
-  ASSERT_EQ(a.of("memory_plan").size(), 4u) << a.output;
-  ASSERT_EQ(a.of("stage").size(), 4u) << a.output;
+  const size_t stages = unlimited.of("stage").size();
+  ASSERT_EQ(a.of("memory_plan").size(), stages) << a.output;
+  ASSERT_EQ(a.of("stage").size(), stages) << a.output;
   for (const auto& s : a.of("stage")) {
     const int stage = s["stage"].get<int>();
     const double measured = s["peak_bytes"].get<double>();
     const double predicted = a.of("memory_plan")[stage]["predicted_peak_bytes"].get<double>();
     EXPECT_LE(measured, static_cast<double>(limit)) << "stage " << stage;
-    EXPECT_NEAR(predicted / measured, 1.0, 0.15)
+    // The prediction bounds the peak without being far above it; except that gpipe's middle
+    // stages under swap plans measured 0.90-1.01 of the prediction from one run to the next
+    // (a timing-dependent term not found yet: issue 13's note); 1f1b and async-1f1b are exact to
+    // 0.1% under recompute here.
+    EXPECT_GE(predicted / measured, 0.88)
         << "stage " << stage << ": predicted " << predicted << " B, measured " << measured
         << " B; plan " << a.of("memory_plan")[stage]["plan"];
+    EXPECT_LE(predicted / measured, 1.25)
+        << "stage " << stage << ": predicted " << predicted << " B, measured " << measured
+        << " B; plan " << a.of("memory_plan")[stage]["plan"];
+    std::printf("%s stage %d: predicted / measured %.4f (%s)\n", name.c_str(), stage,
+                predicted / measured, a.of("memory_plan")[stage]["plan"].dump().c_str());
+  }
+}
+
+TEST(MemoryCli, AutoTrainsUnderALimitWhereKeepRunsOutOfMemory) {
+  expect_auto_under_a_limit("gpipe",
+                            "--stages 4 --schedule gpipe --batch-size 32 "
+                            "--micro-batches 8 --eval-batch-size 4",
+                            0.6);
+}
+TEST(MemoryCli, AutoUnderALimitWith1f1bAndAsync) {
+  for (const char* schedule : {"1f1b", "async-1f1b"}) {
+    expect_auto_under_a_limit(schedule,
+                              std::string("--stages 2 --schedule ") + schedule +
+                                  " --batch-size 16 --micro-batches 8 --eval-batch-size 2",
+                              0.85);
   }
 }
 
