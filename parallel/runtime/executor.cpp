@@ -68,6 +68,7 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
       memory_(ctx, model, store, range.begin, range.end, config.memory_plan, copies_.get(), trace),
       uploader_(ctx) {
   memory_.set_prefetch_layers(config.prefetch_layers);
+  memory_.set_drain_before_swap_in(config.kind == ScheduleKind::kGPipe);
   STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
       << "executor: stage " << range.stage << " of " << range.stages;
   STRATA_CHECK(range.begin < range.end && range.end <= model.size())

@@ -203,6 +203,11 @@ void StageMemory::prefetch_below(MicroBatch& m, size_t below) {
 
 void StageMemory::prefetch(int64_t mb) {
   if (!swaps_) return;
+  if (drain_before_swap_in_) {
+    const auto start = Clock::now();
+    copies_->drain_to_host();
+    stats_.swap_wait_seconds += seconds_since(start);
+  }
   prefetch_below(micro_batch(mb), end_);
 }
 

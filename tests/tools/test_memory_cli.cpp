@@ -144,7 +144,7 @@ TEST(MemoryCli, Gpt2TwoGroupsOfTwoMpiStages) {
 
 // The bound: with a limit keep cannot meet (it runs out of memory, naming the layer and the
 // limit), auto trains under it, and every stage's measured peak is under the limit and under the
-// planner's prediction (gpipe's swap plans: within 12%), which is at most 25% above it (keep plans
+// planner's prediction (to 2%), which is at most 25% above it (keep plans
 // are counted conservatively). gpipe on 4 stages (every micro-batch of the step in flight), and
 // 1f1b and async-1f1b on 2 (p - k in flight, stashed weights) with micro-batches of 2 rows.
 void expect_auto_under_a_limit(const std::string& name, const std::string& layout,
@@ -172,11 +172,9 @@ void expect_auto_under_a_limit(const std::string& name, const std::string& layou
     const double measured = s["peak_bytes"].get<double>();
     const double predicted = a.of("memory_plan")[stage]["predicted_peak_bytes"].get<double>();
     EXPECT_LE(measured, static_cast<double>(limit)) << "stage " << stage;
-    // The prediction bounds the peak without being far above it; except that gpipe's middle
-    // stages under swap plans measured 0.90-1.01 of the prediction from one run to the next
-    // (a timing-dependent term not found yet: issue 13's note); 1f1b and async-1f1b are exact to
-    // 0.1% under recompute here.
-    EXPECT_GE(predicted / measured, 0.88)
+    // The prediction bounds the peak (to 2%) without being far above it (here gpipe's swap
+    // plans 1.014, 1f1b's and async-1f1b's recompute plans 1.000-1.001, keep plans up to 1.17).
+    EXPECT_GE(predicted / measured, 0.98)
         << "stage " << stage << ": predicted " << predicted << " B, measured " << measured
         << " B; plan " << a.of("memory_plan")[stage]["plan"];
     EXPECT_LE(predicted / measured, 1.25)
