@@ -38,9 +38,12 @@ void ConsoleReporter::on_step(const parallel::StepRecord& r) {
   const int filled = static_cast<int>(frac * width);
   std::string bar(static_cast<size_t>(filled), '#');
   bar.append(static_cast<size_t>(width - filled), '.');
-  std::fprintf(out_, "\r\033[2K[%s] %3.0f%% step %lld/%lld | loss %.4f | %.0f samples/s | ETA %s",
+  // No loss yet: with --sync other than allreduce the ranks agree on it only at log points.
+  char loss[32] = "-";
+  if (!std::isnan(r.loss)) std::snprintf(loss, sizeof(loss), "%.4f", r.loss);
+  std::fprintf(out_, "\r\033[2K[%s] %3.0f%% step %lld/%lld | loss %s | %.0f samples/s | ETA %s",
                bar.c_str(), 100.0 * frac, static_cast<long long>(r.step),
-               static_cast<long long>(r.total_steps), r.loss, r.samples_per_s,
+               static_cast<long long>(r.total_steps), loss, r.samples_per_s,
                format_duration(r.eta_s).c_str());
   std::fflush(out_);
   live_line_shown_ = true;

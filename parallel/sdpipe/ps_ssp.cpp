@@ -175,20 +175,9 @@ void PsSspSync::after_update(int64_t update) {
 void PsSspSync::finish() {
   if (finished_) return;
   finished_ = true;
-  proto::SyncRequest r;
-  r.set_kind(proto::SyncRequest::DONE);
-  r.set_stage(stage_);
-  r.set_replica(replica_);
-  ServiceMessage m;
-  STRATA_CHECK(r.SerializeToString(&m.bytes));
-  client_->send(m);
-  if (host_ != nullptr) {
-    stop_when_done(
-        *host_, [this] { return server_->done_ranks(); }, world_size_, timeout_);
-  }
-  averager_->average_all(ctx_, replica_tensors(store_),
-                         "the final average of stage " + std::to_string(stage_));
-  store_.load_working(ctx_);
+  finish_replica(
+      ctx_, store_, stage_, replica_, *client_, host_.get(),
+      [this] { return server_->done_ranks(); }, world_size_, timeout_, *averager_);
 }
 
 SyncStats PsSspSync::stats() const { return server_ ? server_->stats() : SyncStats{}; }

@@ -111,23 +111,28 @@ void SdpipeSync::after_update(int64_t update) {
   q.averaged = now();
 }
 
+void finish_replica(ExecContext& ctx, graph::ParamStore& store, int stage, int replica,
+                    ServiceClient& client, ServiceHost* host, const std::function<int()>& done,
+                    int world_size, std::chrono::milliseconds timeout, GroupAverager& averager) {
+  proto::SyncRequest r;
+  r.set_kind(proto::SyncRequest::DONE);
+  r.set_stage(stage);
+  r.set_replica(replica);
+  ServiceMessage m;
+  STRATA_CHECK(r.SerializeToString(&m.bytes));
+  client.send(m);
+  if (host != nullptr) stop_when_done(*host, done, world_size, timeout);
+  averager.average_all(ctx, replica_tensors(store),
+                       "the final average of stage " + std::to_string(stage));
+  store.load_working(ctx);
+}
+
 void SdpipeSync::finish() {
   if (finished_) return;
   finished_ = true;
-  proto::SyncRequest r;
-  r.set_kind(proto::SyncRequest::DONE);
-  r.set_stage(stage_);
-  r.set_replica(replica_);
-  ServiceMessage m;
-  STRATA_CHECK(r.SerializeToString(&m.bytes));
-  client_->send(m);
-  if (host_ != nullptr) {
-    stop_when_done(
-        *host_, [this] { return service_->done_ranks(); }, world_size_, timeout_);
-  }
-  averager_->average_all(ctx_, replica_tensors(store_),
-                         "the final average of stage " + std::to_string(stage_));
-  store_.load_working(ctx_);
+  finish_replica(
+      ctx_, store_, stage_, replica_, *client_, host_.get(),
+      [this] { return service_->done_ranks(); }, world_size_, timeout_, *averager_);
 }
 
 SyncStats SdpipeSync::stats() const { return service_ ? service_->stats() : SyncStats{}; }

@@ -42,6 +42,13 @@ std::vector<Tensor> replica_tensors(graph::ParamStore& store);
 void stop_when_done(ServiceHost& host, const std::function<int()>& done, int ranks,
                     std::chrono::milliseconds timeout);
 
+// The end of a replica's run with local updates (SDPipe and PS+SSP alike): DONE to the rank-0
+// service; on rank 0 (`host` not null) stop_when_done; then every replica of the stage takes the
+// mean of them all.
+void finish_replica(ExecContext& ctx, graph::ParamStore& store, int stage, int replica,
+                    ServiceClient& client, ServiceHost* host, const std::function<int()>& done,
+                    int world_size, std::chrono::milliseconds timeout, GroupAverager& averager);
+
 class SdpipeSync final : public UpdateSync {
  public:
   // Collective over c.world and c.dp (splits both).

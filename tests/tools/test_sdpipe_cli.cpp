@@ -134,6 +134,19 @@ TEST(SdpipeCli, BaselinesAndVarianceReducedAdamRun) {
   }
 }
 
+// With local updates the ranks agree on the loss only at log points: the live progress line says
+// "loss -" between them, not "loss nan".
+TEST(SdpipeCli, LiveProgressHasNoLossBeforeTheRanksAgree) {
+  if (!std::filesystem::exists(kFashion)) GTEST_SKIP() << "no Fashion-MNIST";
+  std::string args = base(2, 1) + " --steps 4 --log-every 4 --sync ps-ssp";
+  args.replace(args.find("--progress off"), 14, "--progress on");
+  const auto r = run_cli(args);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "step 1/4 | loss - |")) << r.output;
+  EXPECT_FALSE(contains(r.output, "loss nan")) << r.output;
+  EXPECT_TRUE(contains(r.output, "step 4/4 | epoch")) << r.output;
+}
+
 TEST(SdpipeCli, InjectTraceFilesAreCheckedNamingTheLine) {
   if (!std::filesystem::exists(kFashion)) GTEST_SKIP() << "no Fashion-MNIST";
   const std::string dir = strata::testing::fresh_temp_dir("strata_sdpipe_inject");

@@ -59,6 +59,7 @@
 #include "parallel/sim/cost_model.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
+#include "tools/bench/bench_random.h"
 #include "tools/bench/grad_sync_recorder.h"
 #include "tools/bench/timed_layer.h"
 #include "tools/bench/timed_linear.h"
@@ -97,26 +98,6 @@ struct Options {
   double time_scale = 1.0;           // ... times this
   std::string device_compute = "on";  // ... and the layers run (on) or not (off)
   int64_t image_size = 32;            // synthetic images (throughput modes)
-};
-
-// Random features and labels (throughput only; nothing is learned).
-class RandomFeatures final : public io::Dataset {
- public:
-  RandomFeatures(int64_t n, int64_t features) : n_(n), features_(features) {}
-  std::string name() const override { return "random-features"; }
-  int64_t size() const override { return n_; }
-  io::SampleSpec input_spec() const override { return {{features_}, DType::kF32}; }
-  io::SampleSpec target_spec() const override { return {{}, DType::kI64}; }
-  int64_t num_classes() const override { return 10; }
-  void get(int64_t i, void* input, void* target) const override {
-    float* x = static_cast<float*>(input);
-    for (int64_t f = 0; f < features_; ++f)
-      x[f] = static_cast<float>(((i * 131 + f * 7) % 17) - 8) / 8;
-    *static_cast<int64_t*>(target) = i % 10;
-  }
-
- private:
-  int64_t n_, features_;
 };
 
 proto::ModelSpec mlp_wide(const Options& o) {
@@ -198,7 +179,7 @@ Workload workload(const Options& o, bool real_data) {
   Workload w;
   if (o.model == "mlp-wide") {
     STRATA_CHECK(!real_data) << "--mode accuracy needs an image model (--model resnet)";
-    w.train = std::make_shared<RandomFeatures>(1 << 16, o.width);
+    w.train = std::make_shared<tools::RandomFeatures>(1 << 16, o.width);
     w.spec = mlp_wide(o);
     if (o.compute_ms > 0) {
       // The same layers with a fixed duration each: the compute leaves the CPU free, as on an

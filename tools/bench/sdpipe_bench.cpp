@@ -56,6 +56,7 @@
 #include "parallel/sdpipe/sync_graph.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
+#include "tools/bench/bench_random.h"
 #include "tools/bench/timed_linear.h"
 #ifdef STRATA_WITH_MPI
 #include "parallel/comm/mpi_comm.h"
@@ -104,26 +105,6 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-// Random features, 10 classes (throughput: nothing is learned).
-class RandomFeatures final : public io::Dataset {
- public:
-  RandomFeatures(int64_t n, int64_t features) : n_(n), features_(features) {}
-  std::string name() const override { return "random-features"; }
-  int64_t size() const override { return n_; }
-  io::SampleSpec input_spec() const override { return {{features_}, DType::kF32}; }
-  io::SampleSpec target_spec() const override { return {{}, DType::kI64}; }
-  int64_t num_classes() const override { return 10; }
-  void get(int64_t i, void* input, void* target) const override {
-    float* x = static_cast<float*>(input);
-    for (int64_t f = 0; f < features_; ++f)
-      x[f] = static_cast<float>(((i * 131 + f * 7) % 17) - 8) / 8;
-    *static_cast<int64_t*>(target) = i % 10;
-  }
-
- private:
-  int64_t n_, features_;
-};
-
 struct Workload {
   parallel::ModelBuilder build;
   size_t layers = 0;
@@ -140,7 +121,7 @@ Workload workload(const Options& o, bool fashion) {
     w.train = io::open_dataset("fashion-mnist", "", "train", d);
     in = 28 * 28;
   } else {
-    w.train = std::make_shared<RandomFeatures>(1 << 16, o.width);
+    w.train = std::make_shared<tools::RandomFeatures>(1 << 16, o.width);
   }
   const Shape input = w.train->input_spec().shape;
   const auto forward = std::chrono::microseconds(static_cast<int64_t>(o.compute_ms * 1000));
