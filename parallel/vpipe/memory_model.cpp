@@ -2,6 +2,7 @@
 #include "parallel/vpipe/memory_model.h"
 
 #include <algorithm>
+#include <map>
 
 #include "engine/check.h"
 
@@ -36,6 +37,40 @@ int64_t dependent_copies(const StageSetting& s) {
   return std::min<int64_t>(s.stages - s.stage, s.micro_batches);
 }
 
+ReceiveBuffers receive_buffers(const StageSetting& s) {
+  ReceiveBuffers most;
+  if (s.stages == 1) return most;
+  // An asynchronous program runs over the whole training: enough micro-batches for its steady
+  // state.
+  const int64_t micro_batches = s.schedule == ScheduleKind::kAsync1F1B
+                                    ? std::max<int64_t>(s.micro_batches, 4 * s.stages)
+                                    : s.micro_batches;
+  const Program program = make_schedule(s.schedule, s.stages, micro_batches).programs[s.stage];
+  // Where each micro-batch's received tensors are used.
+  std::map<int64_t, size_t> forward_at, backward_at;
+  for (size_t i = 0; i < program.size(); ++i) {
+    if (program[i].op == OpCode::kForward) forward_at[program[i].micro_batch] = i;
+    if (program[i].op == OpCode::kBackward) backward_at[program[i].micro_batch] = i;
+  }
+  // At instruction i the receives among program[0, i + lookahead] are posted; a buffer lives
+  // until the instruction that uses it.
+  for (size_t i = 0; i < program.size(); ++i) {
+    const OpCode op = program[i].op;
+    if (op != OpCode::kForward && op != OpCode::kBackward) continue;
+    ReceiveBuffers::Held held;
+    const size_t posted = std::min(program.size(), i + static_cast<size_t>(s.lookahead) + 1);
+    for (size_t j = 0; j < posted; ++j) {
+      const Instruction& in = program[j];
+      if (in.op == OpCode::kRecvAct && forward_at.at(in.micro_batch) >= i) ++held.activations;
+      if (in.op == OpCode::kRecvGrad && backward_at.at(in.micro_batch) >= i) ++held.gradients;
+    }
+    ReceiveBuffers::Held& at = op == OpCode::kForward ? most.forward : most.backward;
+    at.activations = std::max(at.activations, held.activations);
+    at.gradients = std::max(at.gradients, held.gradients);
+  }
+  return most;
+}
+
 StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& layers, size_t first,
                                           const MemoryPlan& plan, const StageSetting& setting) {
   STRATA_CHECK(!layers.empty()) << "estimate_stage_memory: a stage without layers";
@@ -54,7 +89,8 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
     // The runtime's backward on a stashed version also keeps a copy of the current weights.
     if (e.copies > 1 && !setting.paper_model) e.constant_bytes += params;
   }
-  // Dependent, per micro-batch.
+  // Dependent, per micro-batch; held[j] is what layers 0..j of the stage hold of it.
+  std::vector<double> held(n, 0.0);
   for (size_t j = 0; j < n; ++j) {
     const LayerMemoryCost& l = layers[j];
     const double own = l.saved_bytes - l.shared_bytes;
@@ -67,6 +103,7 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
       // The segment's inputs, less what the layer before keeps of them.
       e.dependent_bytes += std::max(0.0, l.input_bytes - (previous_keeps ? l.shared_bytes : 0.0));
     }
+    held[j] = e.dependent_bytes;
   }
   if (setting.paper_model) {
     e.peak_bytes = e.eq1_bytes();
@@ -75,8 +112,21 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
   // Beside the records: the last stage keeps each micro-batch's loss gradient from its forward
   // to its backward; the others hold output gradients (and inputs) received ahead.
   const bool last = setting.stage == setting.stages - 1;
-  e.boundary_bytes = layers.back().output_bytes * (last ? static_cast<double>(e.copies) : 2.0) +
-                     (setting.stage > 0 ? layers.front().input_bytes : 0.0);
+  // The first stage holds the step's input batch, all M micro-batches of it, as the loader put
+  // it on the device; the last stage each micro-batch's loss gradient from its forward to its
+  // backward. The others' receive buffers count with the forward or backward that runs beside
+  // them (below).
+  e.boundary_bytes =
+      (last ? layers.back().output_bytes * static_cast<double>(e.copies) : 0.0) +
+      (setting.stage == 0 ? layers.front().input_bytes * static_cast<double>(setting.micro_batches)
+                          : 0.0);
+  const ReceiveBuffers received = receive_buffers(setting);
+  auto receive_bytes = [&](const ReceiveBuffers::Held& held) {
+    return layers.front().input_bytes * static_cast<double>(held.activations) +
+           layers.back().output_bytes * static_cast<double>(held.gradients);
+  };
+  const double forward_received = receive_bytes(received.forward);
+  const double backward_received = receive_bytes(received.backward);
   // The first swapped layers a backward needs (the last ones of the stage), which SwapIn brings
   // in ahead of it: under gpipe the next micro-batch's, during this one's backward; under 1f1b
   // a micro-batch's, during the forward that precedes its backward.
@@ -90,13 +140,22 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
     }
   }
   const bool gpipe = setting.schedule == ScheduleKind::kGPipe;
-  // The worst transient of one layer. A forward runs while the swap-outs of its micro-batch's
-  // earlier layers may still hold their device memory (the runtime lets at most one micro-batch's
-  // be on their way out).
+  // The worst moment of the micro-batch that runs, above the copies - 1 others held whole: during
+  // the forward of layer j it holds what layers before j keep, during the backward of layer j what
+  // layers up to j keep (those after j have run their backward and released theirs) and the
+  // gradient of j's output, beside j's own temporaries. The transient is that moment less one
+  // whole micro-batch's dependent memory (peak = constant + copies x dependent + boundary +
+  // transient).
+  const double dependent = e.dependent_bytes;
+  double worst = 0.0;
+  auto before = [&](size_t j) { return j == 0 ? 0.0 : held[j - 1]; };
+  auto incoming = [&](size_t j) { return j + 1 < n ? layers[j].output_bytes : 0.0; };
+  // A forward runs while the swap-outs of its micro-batch's earlier layers may still hold their
+  // device memory (the runtime lets at most one micro-batch's be on their way out).
   double swapping_out = 0.0;
   for (size_t j = 0; j < n; ++j) {
-    e.transient_bytes = std::max(e.transient_bytes, swapping_out + layers[j].forward_peak_bytes +
-                                                        (gpipe ? 0.0 : first_window));
+    worst = std::max(worst, forward_received + before(j) + swapping_out +
+                                layers[j].forward_peak_bytes + (gpipe ? 0.0 : first_window));
     if (policy(j) == MemoryPolicy::kSwap) swapping_out += layers[j].saved_bytes;
   }
   // Under 1f1b and async-1f1b each backward follows a forward whose swap-outs start just before
@@ -105,7 +164,7 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
   // Under gpipe only the first backward of a step follows a forward, and the M - 1 forwards
   // before it gave the copies their time.
   for (size_t j = 0; j < n; ++j) {
-    double extra = gpipe ? 0.0 : swapping_out;
+    double extra = backward_received + held[j] + incoming(j) + (gpipe ? 0.0 : swapping_out);
     if (policy(j) == MemoryPolicy::kRecompute) {
       // The backward of a segment's last layer replays the whole segment; each layer's backward
       // then runs with the tapes of the segment's layers before it and its own (those after it
@@ -117,8 +176,7 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
       double replayed = 0.0;
       for (size_t i = a; i <= j; ++i) {
         if (last_of_segment) {
-          e.transient_bytes =
-              std::max(e.transient_bytes, extra + replayed + layers[i].forward_peak_bytes);
+          worst = std::max(worst, extra + replayed + layers[i].forward_peak_bytes);
         }
         replayed += layers[i].saved_bytes;
       }
@@ -134,8 +192,9 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
         --more;
       }
     }
-    e.transient_bytes = std::max(e.transient_bytes, extra + layers[j].backward_peak_bytes);
+    worst = std::max(worst, extra + layers[j].backward_peak_bytes);
   }
+  e.transient_bytes = std::max(0.0, worst - dependent);
   e.peak_bytes = e.constant_bytes + static_cast<double>(e.copies) * e.dependent_bytes +
                  e.boundary_bytes + e.transient_bytes;
   return e;

@@ -18,14 +18,20 @@
 //   swap       0 (Eq. 1: swapped tensors count zero);
 //   recompute  0, plus each recompute segment's checkpoint: the inputs of its first layer (less
 //              what the layer before keeps of them).
-// The extension beyond Eq. 1 (what the paper leaves out, §6.4): the last stage's loss gradient
-// (its output's bytes), the received output gradients, and the worst transient of one layer:
-// its forward's or backward's temporaries above the level it starts at (measured by the
-// profiler), with the swap-outs of the micro-batch's earlier layers still in flight during a
-// forward (and, under 1f1b and async-1f1b, all of the previous forward's during a backward), a
-// replayed recompute segment's tapes while its backward runs, and the swapped layers on their way
-// back during a backward (the prefetch depth). The peak is constant + copies x dependent + boundary
-// + worst transient.
+// The extension beyond Eq. 1 (what the paper leaves out, §6.4): the first stage's input batch
+// (all M micro-batches, as the loader puts it on the device), the last stage's loss gradients
+// (its output's bytes per micro-batch held), and the worst moment of the micro-batch that runs,
+// above the copies - 1 others held whole: during the forward of layer j, what the layers before
+// j keep of it; during the backward of layer j, what layers up to j keep (the later ones have
+// released theirs) and the gradient of j's output; beside, the receive buffers the schedule's
+// program holds at a forward or at a backward (activations and output gradients received or
+// posted ahead and not used yet, counted from the program and the executor's lookahead), and
+// j's own temporaries above the level it starts at (measured by the profiler), with the
+// swap-outs of the micro-batch's earlier layers still in flight during a forward (and, under 1f1b
+// and async-1f1b, all of the previous forward's during a backward), a replayed recompute
+// segment's tapes while its backward runs, and the swapped layers on their way back during a
+// backward (the prefetch depth). The peak is constant + copies x dependent + boundary +
+// transient, the transient being that worst moment less one micro-batch's dependent memory.
 //
 // Time (Eq. 2). t_fwd = sum f_i; t_bwd = sum (b_i + R_i f_i) + max(0, 2 sum S_i a_i / P - window)
 // with window = t_fwd + sum (b_i + R_i f_i): the equation's t_bwd on the right is taken without
@@ -70,6 +76,7 @@ struct StageSetting {
   bool mixed = false;         // 16-bit working copies of parameters and gradients
   double bandwidth = 10e9;    // P, bytes per second between device and host
   int prefetch_layers = 2;    // swapped layers on their way back at once
+  int lookahead = 4;          // instructions ahead whose receives are posted (the executor's)
   // Eq. (1) exactly as the paper writes it: recomputed layers leave no checkpoint, and there is
   // no boundary or transient term (for tests of Algorithm 2 against the paper's model).
   bool paper_model = false;
@@ -78,12 +85,25 @@ struct StageSetting {
 // Micro-batches whose dependent memory a stage holds at once (the in-flight bound).
 int64_t dependent_copies(const StageSetting& setting);
 
+// The most receive buffers a stage holds while a forward and while a backward runs, under its
+// schedule's program: activations and output gradients received (or posted `lookahead`
+// instructions ahead) and not used yet, the running instruction's own included.
+struct ReceiveBuffers {
+  struct Held {
+    int64_t activations = 0;
+    int64_t gradients = 0;
+  };
+  Held forward;
+  Held backward;
+};
+ReceiveBuffers receive_buffers(const StageSetting& setting);
+
 struct StageMemoryEstimate {
   double constant_bytes = 0.0;   // parameters, gradients, optimizer state, stashed versions
   double dependent_bytes = 0.0;  // per micro-batch, Eq. 1's sum over D_i plus checkpoints
   int64_t copies = 0;
-  double boundary_bytes = 0.0;   // loss / output gradients held beside the records
-  double transient_bytes = 0.0;  // the worst layer's temporaries
+  double boundary_bytes = 0.0;   // first stage's input batch, last stage's loss gradients
+  double transient_bytes = 0.0;  // the running micro-batch's worst moment, above one dependent
   double peak_bytes = 0.0;       // constant + copies x dependent + boundary + transient
   // Eq. 1 alone: constant + copies x dependent (what the paper bounds by M).
   double eq1_bytes() const {

@@ -97,6 +97,50 @@ TEST(VpipeModel, SharedStoragesCountOnceWhileEitherLayerKeepsThem) {
                    1000.0 + 4000.0 + 1000.0);
 }
 
+// The receive buffers come from the schedule's program and the executor's lookahead: under
+// 1f1b the last stage of 4 has the next micro-batch's activations posted while a forward runs;
+// under gpipe a middle stage's output gradients are all posted ahead of the first backward
+// (within the lookahead), none during its forwards but the last ones.
+TEST(VpipeModel, ReceiveBuffersFollowTheProgramAndTheLookahead) {
+  StageSetting s = stage_1_of_4();
+  s.stage = 3;
+  ReceiveBuffers r = receive_buffers(s);
+  EXPECT_EQ(r.forward.activations, 2);
+  EXPECT_EQ(r.forward.gradients, 0);  // the last stage receives no gradients
+  s.lookahead = 0;
+  EXPECT_EQ(receive_buffers(s).forward.activations, 1);  // only the running one's
+  s.stage = 0;
+  EXPECT_EQ(receive_buffers(s).forward.activations, 0);  // the first stage reads data
+  s.stage = 1;
+  s.stages = 1;
+  r = receive_buffers(s);
+  EXPECT_EQ(
+      r.forward.activations + r.forward.gradients + r.backward.activations + r.backward.gradients,
+      0);
+}
+
+// The running micro-batch's worst moment: during the backward of layer j the layers after j have
+// released their tapes, so the last stage (one copy) does not count a layer's tape twice.
+TEST(VpipeModel, TheRunningMicroBatchHoldsWhatItsLayersUpToTheMomentKeep) {
+  auto l = three_layers();
+  for (auto& x : l) {
+    x.output_bytes = 100.0;
+    x.forward_peak_bytes = x.saved_bytes + 50.0;  // its tape and 50 B of temporaries
+    x.backward_peak_bytes = 10.0;
+  }
+  StageSetting s = stage_1_of_4();
+  s.stage = 3;
+  s.lookahead = 0;
+  const StageMemoryEstimate e = estimate_stage_memory(l, 0, plan_of({K, K, K}), s);
+  // Forward of layer 2: tapes of layers 0-1 (3000) + its own peak (4050) + its received input
+  // (500) = 7550, the worst moment (backward of layer 2: 7000 + 10; of layer 0: 1000 + its
+  // output's gradient 100 + 10); less one micro-batch's dependent memory (7000).
+  EXPECT_DOUBLE_EQ(e.transient_bytes, 550.0);
+  // Boundary: the last stage's loss gradient of its one micro-batch in flight.
+  EXPECT_DOUBLE_EQ(e.boundary_bytes, 100.0);
+  EXPECT_DOUBLE_EQ(e.peak_bytes, e.constant_bytes + 7000.0 + 100.0 + 550.0);
+}
+
 TEST(VpipeModel, Eq2SwapInTheWindowIsFreeTheExcessIsExposedRecomputeAddsItsForward) {
   const auto l = three_layers();
   StageSetting s = stage_1_of_4();

@@ -144,9 +144,9 @@ TEST(MemoryCli, Gpt2TwoGroupsOfTwoMpiStages) {
 
 // The bound: with a limit keep cannot meet (it runs out of memory, naming the layer and the
 // limit), auto trains under it, and every stage's measured peak is under the limit and under the
-// planner's prediction (to 2%), which is at most 25% above it (keep plans
-// are counted conservatively). gpipe on 4 stages (every micro-batch of the step in flight), and
-// 1f1b and async-1f1b on 2 (p - k in flight, stashed weights) with micro-batches of 2 rows.
+// planner's prediction (to 2%), which is at most 10% above it. gpipe on 4 stages (every micro-batch
+// of the step in flight), and 1f1b and async-1f1b on 2 (p - k in flight, stashed weights) with
+// micro-batches of 2 rows.
 void expect_auto_under_a_limit(const std::string& name, const std::string& layout,
                                double fraction) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_memory_cli_bound_" + name);
@@ -173,11 +173,11 @@ void expect_auto_under_a_limit(const std::string& name, const std::string& layou
     const double predicted = a.of("memory_plan")[stage]["predicted_peak_bytes"].get<double>();
     EXPECT_LE(measured, static_cast<double>(limit)) << "stage " << stage;
     // The prediction bounds the peak (to 2%) without being far above it (here gpipe's swap
-    // plans 1.014, 1f1b's and async-1f1b's recompute plans 1.000-1.001, keep plans up to 1.17).
+    // plans 1.014, 1f1b's and async-1f1b's recompute plans 1.000-1.001, keep plans 0.999-1.036).
     EXPECT_GE(predicted / measured, 0.98)
         << "stage " << stage << ": predicted " << predicted << " B, measured " << measured
         << " B; plan " << a.of("memory_plan")[stage]["plan"];
-    EXPECT_LE(predicted / measured, 1.25)
+    EXPECT_LE(predicted / measured, 1.10)
         << "stage " << stage << ": predicted " << predicted << " B, measured " << measured
         << " B; plan " << a.of("memory_plan")[stage]["plan"];
     std::printf("%s stage %d: predicted / measured %.4f (%s)\n", name.c_str(), stage,
@@ -197,6 +197,34 @@ TEST(MemoryCli, AutoUnderALimitWith1f1bAndAsync) {
                               std::string("--stages 2 --schedule ") + schedule +
                                   " --batch-size 16 --micro-batches 8 --eval-batch-size 2",
                               0.85);
+  }
+}
+
+// The model's prediction of keep plans (auto with room for everything) on 4 stages under every
+// schedule: within [0.98, 1.10] of every stage's measured peak (the receive buffers, the running
+// micro-batch's moment and the first stage's batch are what made it up to 1.17 before).
+TEST(MemoryCli, KeepPredictionsBoundEveryStagesPeakOnEverySchedule) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_memory_cli_keep_model");
+  std::string gpt2 = kGpt2;
+  gpt2.replace(gpt2.find("--seq-len 32"), 12, "--seq-len 64");
+  for (const char* schedule : {"gpipe", "1f1b", "async-1f1b"}) {
+    const TrainRun r = train_run(
+        dir, schedule,
+        gpt2 + " --local --steps 2 --partition uniform --seed 3 --stages 4 --schedule " + schedule +
+            " --batch-size 32 --micro-batches 4 --eval-batch-size 8 "
+            "--memory-policy auto --mem-limit 1GiB");
+    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_EQ(r.of("stage").size(), 4u) << r.output;
+    for (const auto& s : r.of("stage")) {
+      const int stage = s["stage"].get<int>();
+      const double measured = s["peak_bytes"].get<double>();
+      const double predicted = r.of("memory_plan")[stage]["predicted_peak_bytes"].get<double>();
+      EXPECT_EQ(r.of("memory_plan")[stage]["plan"].get<std::string>().rfind("keep ", 0), 0u);
+      EXPECT_GE(predicted / measured, 0.98) << schedule << " stage " << stage;
+      EXPECT_LE(predicted / measured, 1.10) << schedule << " stage " << stage;
+      std::printf("%s stage %d: predicted / measured %.4f\n", schedule, stage,
+                  predicted / measured);
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vPIPE's headroom (paper Fig. 9, Table 3) in Strata: GPT-2 on 4 pipeline stages under a fixed
 per-rank --mem-limit. For each system, the largest batch that trains (micro-batch rows doubled
-until the run runs out of memory or the planner finds no plan), and at that batch the throughput
+until the run runs out of memory or the planner finds no plan, then bisected), and at that batch the throughput
 and the share of compute spent replaying recomputed forwards.
 
   PipeDream       async-1f1b, every layer keeps its saved tensors
@@ -50,6 +50,8 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--max-rows", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--resolution", type=float, default=0.125,
+                    help="bisection stops when the gap is below this fraction of the rows")
     a = ap.parse_args()
     base = ["--model", "gpt2", "--size", "tiny", "--dataset", "synthetic-tokens",
             "--synthetic-vocab", str(a.vocab), "--seq-len", str(a.seq_len), "--stages",
@@ -57,37 +59,52 @@ def main():
             str(a.steps), "--partition", "uniform", "--mem-limit", a.mem_limit,
             "--test-samples", "8", "--train-samples", "100000", "--seed", "1"]
     tmp = tempfile.mkdtemp(prefix="vpipe_headroom_")
-    rows_tried = []
-    r = 1
-    while r <= a.max_rows:
-        rows_tried.append(r)
-        r *= 2
     results = []
+
+    def attempt(name, schedule, flags, rows):
+        batch = rows * a.micro_batches
+        metrics = os.path.join(tmp, f"{name}-{rows}.jsonl")
+        code, out, records = run(a.strata, base + ["--schedule", schedule, "--batch-size",
+                                                   str(batch)] + flags, metrics)
+        if code != 0:
+            reason = "out of memory" if "out of memory" in out else (
+                "no plan fits" if "is too small for stage" in out else out.strip()[-200:])
+            print(f"{name}: batch {batch}: stops ({reason})", file=sys.stderr)
+            return None
+        train = [x for x in records if x.get("type") == "train"]
+        stages = [x for x in records if x.get("type") == "stage"]
+        # Steady state: the mean rate of the steps after the first.
+        rates = [x["samples_per_s"] for x in train[1:]] or [train[-1]["samples_per_s"]]
+        busy = sum(s["busy_s"] for s in stages)
+        recompute = sum(s["recompute_s"] for s in stages)
+        swapped = sum(s["swapped_bytes"] for s in stages)
+        peak = max(s["peak_bytes"] for s in stages)
+        result = dict(batch=batch, samples_per_s=sum(rates) / len(rates),
+                      recompute_share=recompute / busy if busy > 0 else 0.0,
+                      swapped_mib=swapped / 2**20, peak_mib=peak / 2**20)
+        print(f"{name}: batch {batch}: trains, {result['samples_per_s']:.1f} samples/s",
+              file=sys.stderr)
+        return result
+
     for name, schedule, flags in SYSTEMS:
-        best = None
-        for rows in rows_tried:
-            batch = rows * a.micro_batches
-            metrics = os.path.join(tmp, f"{name}-{rows}.jsonl")
-            code, out, records = run(a.strata, base + ["--schedule", schedule, "--batch-size",
-                                                       str(batch)] + flags, metrics)
-            if code != 0:
-                reason = "out of memory" if "out of memory" in out else (
-                    "no plan fits" if "is too small for stage" in out else out.strip()[-200:])
-                print(f"{name}: batch {batch}: stops ({reason})", file=sys.stderr)
+        # Micro-batch rows doubled until a run fails, then bisected between the last that
+        # trained and the first that failed, to a step of --resolution of the rows.
+        best, good, bad = None, 0, None
+        rows = 1
+        while rows <= a.max_rows:
+            r = attempt(name, schedule, flags, rows)
+            if r is None:
+                bad = rows
                 break
-            train = [x for x in records if x.get("type") == "train"]
-            stages = [x for x in records if x.get("type") == "stage"]
-            # Steady state: the mean rate of the steps after the first.
-            rates = [x["samples_per_s"] for x in train[1:]] or [train[-1]["samples_per_s"]]
-            busy = sum(s["busy_s"] for s in stages)
-            recompute = sum(s["recompute_s"] for s in stages)
-            swapped = sum(s["swapped_bytes"] for s in stages)
-            peak = max(s["peak_bytes"] for s in stages)
-            best = dict(batch=batch, samples_per_s=sum(rates) / len(rates),
-                        recompute_share=recompute / busy if busy > 0 else 0.0,
-                        swapped_mib=swapped / 2**20, peak_mib=peak / 2**20)
-            print(f"{name}: batch {batch}: trains, {best['samples_per_s']:.1f} samples/s",
-                  file=sys.stderr)
+            best, good = r, rows
+            rows *= 2
+        while bad is not None and good > 0 and bad - good > max(1, int(good * a.resolution)):
+            mid = (good + bad) // 2
+            r = attempt(name, schedule, flags, mid)
+            if r is None:
+                bad = mid
+            else:
+                best, good = r, mid
         results.append((name, best))
     print(f"\nGPT-2 tiny (T={a.seq_len}, V={a.vocab}) on {a.stages} stages x {a.micro_batches} "
           f"micro-batches, --mem-limit {a.mem_limit} per rank, local ranks on this machine")
@@ -99,6 +116,15 @@ def main():
             continue
         print(f"{name:<17} {b['batch']:>13} {b['samples_per_s']:>10.1f} "
               f"{100 * b['recompute_share']:>9.1f}% {b['swapped_mib']:>12.1f} {b['peak_mib']:>9.2f}")
+    gpipe = dict(results).get("GPipe")
+    if gpipe:
+        # The paper's other claim: at the batch GPipe reaches, vPIPE recomputes less of it.
+        same = attempt("GPipe+vPIPE", "gpipe", SYSTEMS[3][2], gpipe["batch"] // a.micro_batches)
+        if same:
+            print(f"at GPipe's largest batch ({gpipe['batch']}): recompute GPipe "
+                  f"{100 * gpipe['recompute_share']:.1f}%, GPipe+vPIPE "
+                  f"{100 * same['recompute_share']:.1f}% (swapped {same['swapped_mib']:.1f} MiB), "
+                  f"samples/s {gpipe['samples_per_s']:.1f} vs {same['samples_per_s']:.1f}")
     base_batch = dict(results).get("PipeDream")
     vpipe = dict(results).get("PipeDream+vPIPE")
     if base_batch and vpipe:
