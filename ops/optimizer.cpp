@@ -13,6 +13,43 @@
 
 namespace strata::ops {
 
+namespace detail {
+namespace {
+void check_hyper(bool ok, const char* op, const char* field, double value, const char* rule) {
+  STRATA_CHECK(ok) << op << ": options." << field << " must be " << rule << ", got " << value;
+}
+}  // namespace
+
+void check_sgd_options(const SgdOptions& o, const char* op) {
+  check_hyper(o.lr >= 0 && std::isfinite(o.lr), op, "lr", o.lr, "finite and >= 0");
+  check_hyper(o.momentum >= 0 && std::isfinite(o.momentum), op, "momentum", o.momentum,
+              "finite and >= 0");
+  check_hyper(std::isfinite(o.dampening), op, "dampening", o.dampening, "finite");
+  check_hyper(o.weight_decay >= 0 && std::isfinite(o.weight_decay), op, "weight_decay",
+              o.weight_decay, "finite and >= 0");
+  check_hyper(std::isfinite(o.grad_scale), op, "grad_scale", o.grad_scale, "finite");
+  STRATA_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0))
+      << op << ": options.nesterov needs momentum > 0 and dampening == 0, got momentum "
+      << o.momentum << " and dampening " << o.dampening;
+}
+
+void check_adamw_options(const AdamWOptions& o, const char* op) {
+  check_hyper(o.lr >= 0 && std::isfinite(o.lr), op, "lr", o.lr, "finite and >= 0");
+  check_hyper(o.beta1 >= 0 && o.beta1 < 1, op, "beta1", o.beta1, "in [0, 1)");
+  check_hyper(o.beta2 >= 0 && o.beta2 < 1, op, "beta2", o.beta2, "in [0, 1)");
+  check_hyper(o.eps >= 0 && std::isfinite(o.eps), op, "eps", o.eps, "finite and >= 0");
+  check_hyper(o.weight_decay >= 0 && std::isfinite(o.weight_decay), op, "weight_decay",
+              o.weight_decay, "finite and >= 0");
+  check_hyper(std::isfinite(o.grad_scale), op, "grad_scale", o.grad_scale, "finite");
+}
+
+void check_adamw_vr_options(const AdamWVrOptions& o, const char* op) {
+  check_adamw_options(o.adam, op);
+  check_hyper(o.variance_scale > 0 && o.variance_scale <= 1, op, "variance_scale", o.variance_scale,
+              "in (0, 1]");
+}
+}  // namespace detail
+
 double global_grad_norm(ExecContext& ctx, const TensorList& grads) {
   double total = 0.0;
   for (const Tensor& g : grads) {

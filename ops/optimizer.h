@@ -69,6 +69,14 @@ struct AdamWVrOptions {
 void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const Tensor& m,
                    const Tensor& v, const Tensor& m2, const AdamWVrOptions& options, int64_t step);
 
+// The options' hyper-parameters, checked alike by every device's kernels (ops/optimizer.cpp);
+// errors name `op`, the field and the rule.
+namespace detail {
+void check_sgd_options(const SgdOptions& options, const char* op);
+void check_adamw_options(const AdamWOptions& options, const char* op);
+void check_adamw_vr_options(const AdamWVrOptions& options, const char* op);
+}  // namespace detail
+
 // Sum of the squares of every element (accumulated in double).
 double sum_of_squares(ExecContext& ctx, const Tensor& t);
 // sqrt of the sum of squares of every element of every tensor (accumulated in double).

@@ -58,10 +58,6 @@ void check_like_param(const Tensor& t, const Tensor& param, const char* op, cons
   detail::check_shape(t, param.shape(), op, name);
 }
 
-void check_hyper(bool ok, const char* op, const char* field, double value, const char* rule) {
-  STRATA_CHECK(ok) << op << ": options." << field << " must be " << rule << ", got " << value;
-}
-
 }  // namespace
 
 namespace {
@@ -74,14 +70,7 @@ void sgd_update(ExecContext& ctx, const Tensor& param, const Tensor& grad,
   STRATA_CHECK_GE(step, 1) << kOp << ": step counts from 1";
   const double lr = options.lr, mom = options.momentum, damp = options.dampening;
   const double wd = options.weight_decay;
-  check_hyper(lr >= 0 && std::isfinite(lr), kOp, "lr", lr, "finite and >= 0");
-  check_hyper(mom >= 0 && std::isfinite(mom), kOp, "momentum", mom, "finite and >= 0");
-  check_hyper(std::isfinite(damp), kOp, "dampening", damp, "finite");
-  check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
-  check_hyper(std::isfinite(options.grad_scale), kOp, "grad_scale", options.grad_scale, "finite");
-  STRATA_CHECK(!options.nesterov || (mom > 0 && damp == 0))
-      << kOp << ": options.nesterov needs momentum > 0 and dampening == 0, got momentum " << mom
-      << " and dampening " << damp;
+  detail::check_sgd_options(options, kOp);
   const bool use_momentum = mom > 0;
   if (use_momentum) check_like_param(momentum_buf, param, kOp, "momentum_buf");
   const bool first = step == 1;
@@ -122,12 +111,7 @@ void adamw_update(ExecContext& ctx, const Tensor& param, const Tensor& grad, con
   STRATA_CHECK_GE(step, 1) << kOp << ": step counts from 1";
   const double lr = options.lr, b1 = options.beta1, b2 = options.beta2, eps = options.eps;
   const double wd = options.weight_decay;
-  check_hyper(lr >= 0 && std::isfinite(lr), kOp, "lr", lr, "finite and >= 0");
-  check_hyper(b1 >= 0 && b1 < 1, kOp, "beta1", b1, "in [0, 1)");
-  check_hyper(b2 >= 0 && b2 < 1, kOp, "beta2", b2, "in [0, 1)");
-  check_hyper(eps >= 0 && std::isfinite(eps), kOp, "eps", eps, "finite and >= 0");
-  check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
-  check_hyper(std::isfinite(options.grad_scale), kOp, "grad_scale", options.grad_scale, "finite");
+  detail::check_adamw_options(options, kOp);
   const double t = static_cast<double>(step);
   const double step_size = lr / (1.0 - std::pow(b1, t));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
@@ -195,12 +179,7 @@ void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, co
   const AdamWOptions& a = options.adam;
   const double lr = a.lr, b1 = a.beta1, b2 = a.beta2, eps = a.eps, wd = a.weight_decay;
   const double scale = options.variance_scale;
-  check_hyper(lr >= 0 && std::isfinite(lr), kOp, "lr", lr, "finite and >= 0");
-  check_hyper(b1 >= 0 && b1 < 1, kOp, "beta1", b1, "in [0, 1)");
-  check_hyper(b2 >= 0 && b2 < 1, kOp, "beta2", b2, "in [0, 1)");
-  check_hyper(eps >= 0 && std::isfinite(eps), kOp, "eps", eps, "finite and >= 0");
-  check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
-  check_hyper(scale > 0 && scale <= 1, kOp, "variance_scale", scale, "in (0, 1]");
+  detail::check_adamw_vr_options(options, kOp);
   // In T arithmetic with the factors rounded once, as adamw_update: m and v are AdamW's bit for
   // bit.
   const double t = static_cast<double>(step);

@@ -24,10 +24,6 @@ using namespace ::strata::ops::cuda_detail;
 constexpr int kThreads = 256;
 constexpr int kFinishThreads = 1024;
 
-void check_hyper(bool ok, const char* op, const char* field, double value, const char* rule) {
-  STRATA_CHECK(ok) << op << ": options." << field << " must be " << rule << ", got " << value;
-}
-
 // A gradient or state tensor that must match param (f32) in shape and dtype.
 void check_like_param(const Tensor& t, const Tensor& param, const ExecContext& ctx, const char* op,
                       const char* name) {
@@ -217,13 +213,7 @@ void sgd_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const T
   STRATA_CHECK_GE(step, 1) << kOp << ": step counts from 1";
   const double lr = options.lr, mom = options.momentum, damp = options.dampening;
   const double wd = options.weight_decay;
-  check_hyper(lr >= 0 && std::isfinite(lr), kOp, "lr", lr, "finite and >= 0");
-  check_hyper(mom >= 0 && std::isfinite(mom), kOp, "momentum", mom, "finite and >= 0");
-  check_hyper(std::isfinite(damp), kOp, "dampening", damp, "finite");
-  check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
-  STRATA_CHECK(!options.nesterov || (mom > 0 && damp == 0))
-      << kOp << ": options.nesterov needs momentum > 0 and dampening == 0, got momentum " << mom
-      << " and dampening " << damp;
+  detail::check_sgd_options(options, kOp);
   const bool use_momentum = mom > 0;
   if (use_momentum) check_like_param(momentum_buf, param, ctx, kOp, "momentum_buf");
   const ::strata::cuda::CudaExec& x = ::strata::cuda::exec(ctx, kOp);
@@ -249,11 +239,7 @@ void adamw_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, const
   STRATA_CHECK_GE(step, 1) << kOp << ": step counts from 1";
   const double lr = options.lr, b1 = options.beta1, b2 = options.beta2, eps = options.eps;
   const double wd = options.weight_decay;
-  check_hyper(lr >= 0 && std::isfinite(lr), kOp, "lr", lr, "finite and >= 0");
-  check_hyper(b1 >= 0 && b1 < 1, kOp, "beta1", b1, "in [0, 1)");
-  check_hyper(b2 >= 0 && b2 < 1, kOp, "beta2", b2, "in [0, 1)");
-  check_hyper(eps >= 0 && std::isfinite(eps), kOp, "eps", eps, "finite and >= 0");
-  check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
+  detail::check_adamw_options(options, kOp);
   const ::strata::cuda::CudaExec& x = ::strata::cuda::exec(ctx, kOp);
   const int64_t n = param.numel();
   if (n == 0) return;
@@ -287,12 +273,7 @@ void adamw_vr_step(ExecContext& ctx, const Tensor& param, const Tensor& grad, co
   const AdamWOptions& a = options.adam;
   const double lr = a.lr, b1 = a.beta1, b2 = a.beta2, eps = a.eps, wd = a.weight_decay;
   const double scale = options.variance_scale;
-  check_hyper(lr >= 0 && std::isfinite(lr), kOp, "lr", lr, "finite and >= 0");
-  check_hyper(b1 >= 0 && b1 < 1, kOp, "beta1", b1, "in [0, 1)");
-  check_hyper(b2 >= 0 && b2 < 1, kOp, "beta2", b2, "in [0, 1)");
-  check_hyper(eps >= 0 && std::isfinite(eps), kOp, "eps", eps, "finite and >= 0");
-  check_hyper(wd >= 0 && std::isfinite(wd), kOp, "weight_decay", wd, "finite and >= 0");
-  check_hyper(scale > 0 && scale <= 1, kOp, "variance_scale", scale, "in (0, 1]");
+  detail::check_adamw_vr_options(options, kOp);
   const ::strata::cuda::CudaExec& x = ::strata::cuda::exec(ctx, kOp);
   const int64_t n = param.numel();
   if (n == 0) return;
