@@ -14,6 +14,7 @@ ranks are threads of one process (--local) sharing this machine's cores, so thro
 are comparative only (and noisy where other work runs); the batch sizes are what the limit allows.
 
   tools/bench/vpipe_headroom.py build/strata [--mem-limit 24MiB] [--stages 4] [--seq-len 64]
+  tools/bench/vpipe_headroom.py build/strata --blocks 6 --micro-batches 8  (8 stages)
 """
 import argparse
 import json
@@ -50,15 +51,33 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--max-rows", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--blocks", type=int, default=0,
+                    help="a GPT-2 of tiny width with this many blocks on blocks + 2 stages, one "
+                         "layer each, instead of GPT-2 tiny (2 blocks)")
     ap.add_argument("--resolution", type=float, default=0.125,
                     help="bisection stops when the gap is below this fraction of the rows")
     a = ap.parse_args()
-    base = ["--model", "gpt2", "--size", "tiny", "--dataset", "synthetic-tokens",
+    tmp = tempfile.mkdtemp(prefix="vpipe_headroom_")
+    model = ["--model", "gpt2", "--size", "tiny"]
+    if a.blocks > 0:
+        # A deeper GPT-2 of tiny width, one layer per stage: embed, the blocks, head.
+        spec = os.path.join(tmp, "gpt2_deep.prototxt")
+        with open(spec, "w") as f:
+            f.write(f'name: "gpt2_deep"\ninput {{ shape: [{a.seq_len}] dtype: "i64" }}\n')
+            f.write(f'layer {{ name: "embed" type: "token_embedding" token_embedding {{ vocab_size: '
+                    f'{a.vocab} width: 64 max_positions: {a.seq_len} dropout: 0.1 }} }}\n')
+            for i in range(a.blocks):
+                f.write(f'layer {{ name: "h.{i}" type: "transformer_block" transformer_block '
+                        f'{{ heads: 4 dropout: 0.1 }} }}\n')
+            f.write(f'layer {{ name: "head" type: "lm_head" lm_head {{ vocab_size: {a.vocab} '
+                    f'tied_to: "embed.wte.weight" }} }}\n')
+        model = ["--model-spec", spec]
+        a.stages = a.blocks + 2
+    base = model + ["--dataset", "synthetic-tokens",
             "--synthetic-vocab", str(a.vocab), "--seq-len", str(a.seq_len), "--stages",
             str(a.stages), "--local", "--micro-batches", str(a.micro_batches), "--steps",
             str(a.steps), "--partition", "uniform", "--mem-limit", a.mem_limit,
             "--test-samples", "8", "--train-samples", "100000", "--seed", "1"]
-    tmp = tempfile.mkdtemp(prefix="vpipe_headroom_")
     results = []
 
     def attempt(name, schedule, flags, rows):
@@ -106,7 +125,8 @@ def main():
             else:
                 best, good = r, mid
         results.append((name, best))
-    print(f"\nGPT-2 tiny (T={a.seq_len}, V={a.vocab}) on {a.stages} stages x {a.micro_batches} "
+    what = f"GPT-2 of width 64 with {a.blocks} blocks" if a.blocks > 0 else "GPT-2 tiny"
+    print(f"\n{what} (T={a.seq_len}, V={a.vocab}) on {a.stages} stages x {a.micro_batches} "
           f"micro-batches, --mem-limit {a.mem_limit} per rank, local ranks on this machine")
     print(f"{'system':<17} {'largest batch':>13} {'samples/s':>10} {'recompute':>10} "
           f"{'swapped MiB':>12} {'peak MiB':>9}")
