@@ -70,10 +70,7 @@ void expect_policies_equal(const std::string& name, const std::string& model,
     // auto under limits below the planner's own prediction for keep (the measured peak of an
     // unlimited run also counts what the caching allocator holds): the first limit where the
     // planner swaps or recomputes something must train to keep's losses and weights, and so must
-    // every run under a limit before it. Under gpipe only: under 1f1b with micro-batches this
-    // small the planner underestimates the swap windows (see issue 13's note), and auto can run
-    // out of memory.
-    if (schedule != "gpipe") continue;
+    // every run under a limit before it, on every schedule.
     const TrainRun probe =
         train_run(dir, "probe", args + " --memory-policy auto --mem-limit 1GiB --eval-batch-size 4",
                   launcher);
