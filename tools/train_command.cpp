@@ -220,48 +220,6 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
   std::fflush(stdout);
 }
 
-// Per rank: utilization, and memory (peak device bytes, swapped bytes, recompute time, the most
-// micro-batches whose saved tensors it held); also as {"type":"stage",...} metrics records.
-void print_stages(const parallel::TrainSummary& summary, const Setup& setup,
-                  io::JsonlWriter* metrics) {
-  const parallel::MemoryPlan& plan = setup.pipeline.memory_plan;
-  const bool planned = plan.uses(parallel::MemoryPolicy::kSwap, 0, setup.layer_names.size()) ||
-                       plan.uses(parallel::MemoryPolicy::kRecompute, 0, setup.layer_names.size());
-  for (const parallel::StageReport& r : summary.stages) {
-    if (metrics == nullptr) break;
-    metrics->write({{"type", "stage"},
-                    {"rank", r.rank},
-                    {"group", r.group},
-                    {"stage", r.stage},
-                    {"first_layer", setup.layer_names[r.first_layer]},
-                    {"last_layer", setup.layer_names[r.end_layer - 1]},
-                    {"busy_s", r.busy_seconds},
-                    {"wall_s", r.wall_seconds},
-                    {"peak_bytes", r.peak_bytes},
-                    {"swapped_bytes", r.swapped_bytes},
-                    {"swap_pool_peak_bytes", r.swap_pool_peak_bytes},
-                    {"recompute_s", r.recompute_seconds},
-                    {"swap_wait_s", r.swap_wait_seconds},
-                    {"max_micro_batches", r.max_micro_batches}});
-  }
-  if (setup.pipeline.stages * setup.pipeline.groups == 1 && !planned) return;
-  std::printf("\n%-5s %-5s %-5s %-26s %8s %8s %6s %10s %10s %9s %6s\n", "rank", "group", "stage",
-              "layers", "busy s", "wall s", "idle", "peak MiB", "swap MiB", "recomp s", "mbs");
-  for (const parallel::StageReport& r : summary.stages) {
-    const std::string layers =
-        setup.layer_names[r.first_layer] + ".." + setup.layer_names[r.end_layer - 1];
-    std::printf("%-5d %-5d %-5d %-26s %8.2f %8.2f %5.1f%% %10.2f %10.2f %9.3f %6.0f\n", r.rank,
-                r.group, r.stage, layers.c_str(), r.busy_seconds, r.wall_seconds,
-                100.0 * r.idle_fraction(), r.peak_bytes / (1 << 20), r.swapped_bytes / (1 << 20),
-                r.recompute_seconds, r.max_micro_batches);
-  }
-  if (setup.pipeline.stages * setup.pipeline.groups > 1) {
-    std::printf(
-        "bubble: measured %.1f%% (mean idle fraction of the ranks), schedule's ideal %.1f%%\n",
-        100.0 * summary.measured_bubble, 100.0 * summary.theoretical_bubble);
-  }
-}
-
 // One rank: its context, trainer and (on rank 0) the reports.
 void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator* world, int threads,
               const Device& device) {
@@ -309,7 +267,7 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   }
   const parallel::TrainSummary summary = trainer.run();
   if (rank != 0) return;
-  print_stages(summary, setup, metrics.get());
+  print_stages(summary, setup.layer_names, setup.pipeline, metrics.get());
   const MemoryStats mem = allocator.stats();
   if (summary.stopped) {
     std::printf("stopped at step %lld of %lld on request%s\n",
@@ -335,14 +293,23 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
     resumed = " (resumed at step " + std::to_string(summary.first_step) + " from " +
               summary.resumed_from + ")";
   }
+  // The highest peak of any rank (rank 0 holds every rank's report), and which rank it was.
+  size_t peak_bytes = mem.peak;
+  int peak_rank = 0;
+  for (const auto& r : summary.stages) {
+    if (r.peak_bytes > peak_bytes)
+      peak_bytes = static_cast<size_t>(r.peak_bytes), peak_rank = r.rank;
+  }
   std::printf(
       "done: %lld steps%s in %s (training %s, %.0f samples/s); peak memory %s%s",
       static_cast<long long>(summary.steps), resumed.c_str(),
       format_duration(summary.wall_seconds).c_str(), format_duration(summary.train_seconds).c_str(),
       summary.train_seconds > 0 ? static_cast<double>(summary.samples) / summary.train_seconds
                                 : 0.0,
-      format_bytes(mem.peak).c_str(),
-      setup.pipeline.stages * setup.pipeline.groups > 1 ? " (rank 0)" : "");
+      format_bytes(peak_bytes).c_str(),
+      setup.pipeline.stages * setup.pipeline.groups > 1
+          ? (" (rank " + std::to_string(peak_rank) + ")").c_str()
+          : "");
   if (summary.last_eval) {
     std::printf("; test accuracy %.2f%% (top-5 %.2f%%)", 100.0 * summary.last_eval->accuracy,
                 100.0 * summary.last_eval->top5);

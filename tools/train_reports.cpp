@@ -187,4 +187,46 @@ std::string TrainReports::sample(int64_t step, int stage) {
   return ids;
 }
 
+// Per rank: utilization, and memory (peak device bytes, swapped bytes, recompute time, the most
+// micro-batches whose saved tensors it held); also as {"type":"stage",...} metrics records.
+void print_stages(const parallel::TrainSummary& summary,
+                  const std::vector<std::string>& layer_names,
+                  const parallel::PipelineConfig& pipeline, io::JsonlWriter* metrics) {
+  const parallel::MemoryPlan& plan = pipeline.memory_plan;
+  const bool planned = plan.uses(parallel::MemoryPolicy::kSwap, 0, layer_names.size()) ||
+                       plan.uses(parallel::MemoryPolicy::kRecompute, 0, layer_names.size());
+  for (const parallel::StageReport& r : summary.stages) {
+    if (metrics == nullptr) break;
+    metrics->write({{"type", "stage"},
+                    {"rank", r.rank},
+                    {"group", r.group},
+                    {"stage", r.stage},
+                    {"first_layer", layer_names[r.first_layer]},
+                    {"last_layer", layer_names[r.end_layer - 1]},
+                    {"busy_s", r.busy_seconds},
+                    {"wall_s", r.wall_seconds},
+                    {"peak_bytes", r.peak_bytes},
+                    {"swapped_bytes", r.swapped_bytes},
+                    {"swap_pool_peak_bytes", r.swap_pool_peak_bytes},
+                    {"recompute_s", r.recompute_seconds},
+                    {"swap_wait_s", r.swap_wait_seconds},
+                    {"max_micro_batches", r.max_micro_batches}});
+  }
+  if (pipeline.stages * pipeline.groups == 1 && !planned) return;
+  std::printf("\n%-5s %-5s %-5s %-26s %8s %8s %6s %10s %10s %9s %6s\n", "rank", "group", "stage",
+              "layers", "busy s", "wall s", "idle", "peak MiB", "swap MiB", "recomp s", "mbs");
+  for (const parallel::StageReport& r : summary.stages) {
+    const std::string layers = layer_names[r.first_layer] + ".." + layer_names[r.end_layer - 1];
+    std::printf("%-5d %-5d %-5d %-26s %8.2f %8.2f %5.1f%% %10.2f %10.2f %9.3f %6.0f\n", r.rank,
+                r.group, r.stage, layers.c_str(), r.busy_seconds, r.wall_seconds,
+                100.0 * r.idle_fraction(), r.peak_bytes / (1 << 20), r.swapped_bytes / (1 << 20),
+                r.recompute_seconds, r.max_micro_batches);
+  }
+  if (pipeline.stages * pipeline.groups > 1) {
+    std::printf(
+        "bubble: measured %.1f%% (mean idle fraction of the ranks), schedule's ideal %.1f%%\n",
+        100.0 * summary.measured_bubble, 100.0 * summary.theoretical_bubble);
+  }
+}
+
 }  // namespace strata::tools

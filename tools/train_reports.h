@@ -82,4 +82,11 @@ class TrainReports final : public parallel::TrainObserver {
   double busy_ = 0.0, wall_ = 0.0;  // this rank, since the last log step
 };
 
+// The end-of-run table of rank 0: per rank utilization and memory (peak device bytes, swapped
+// bytes, recompute time, the most micro-batches whose saved tensors it held), also written as
+// {"type":"stage",...} metrics records; printed for pipelines and memory plans only.
+void print_stages(const parallel::TrainSummary& summary,
+                  const std::vector<std::string>& layer_names,
+                  const parallel::PipelineConfig& pipeline, io::JsonlWriter* metrics);
+
 }  // namespace strata::tools
