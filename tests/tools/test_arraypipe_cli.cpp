@@ -157,7 +157,7 @@ TEST(ArrayPipeCli, GridAndFileMakeTheJobs) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
   const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_grid");
   auto r = run_cli("train " + kCnn +
-                   " --local --steps 1 --progress off --array "
+                   " --local --progress off --array "
                    "\"lr=0.01,0.02;batch-size=4,8\"");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "array: 4 jobs (grid)")) << r.output;
@@ -165,7 +165,7 @@ TEST(ArrayPipeCli, GridAndFileMakeTheJobs) {
       << r.output;
   const std::string file = dir + "/jobs.txt";
   std::ofstream(file) << "# two jobs\nlr=0.01 batch-size=4\nlr=0.03 momentum=0.5\n";
-  r = run_cli("train " + kCnn + " --local --steps 1 --progress off --batch-size 8 --array " + file);
+  r = run_cli("train " + kCnn + " --local --progress off --batch-size 8 --array " + file);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "job 1: lr 0.03, weight-decay 0, momentum 0.5, batch-size 8"))
       << r.output;
