@@ -144,10 +144,11 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
   const ap::ScheduleResult& s = summary.schedule;
   std::printf(
       "array: %lld iterations in %.2fs; task graph by %s (modelled makespan %.4g%s, "
-      "%.3fs to schedule); %lld state switches on stage 0\n",
+      "%.3fs to schedule), rescheduled %lld times as jobs left; %lld state switches on "
+      "stage 0\n",
       static_cast<long long>(summary.iterations), summary.train_seconds, s.algorithm.c_str(),
       s.makespan, s.proven_optimal ? ", proven optimal" : "", s.seconds,
-      static_cast<long long>(summary.switches));
+      static_cast<long long>(summary.reschedules), static_cast<long long>(summary.switches));
   for (size_t i = 0; i < summary.jobs.size(); ++i) {
     const ap::ArrayJobSummary& j = summary.jobs[i];
     std::printf("job %zu: %lld steps, last loss %.4f%s%s%s\n", i, static_cast<long long>(j.steps),
@@ -163,6 +164,7 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
                     {"proven_optimal", s.proven_optimal},
                     {"schedule_seconds", s.seconds},
                     {"iterations", summary.iterations},
+                    {"reschedules", summary.reschedules},
                     {"train_seconds", summary.train_seconds},
                     {"switches_stage0", summary.switches}});
     for (size_t i = 0; i < summary.jobs.size(); ++i) {

@@ -165,9 +165,10 @@ ArrayTrainer::ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
 
 ArrayTrainer::~ArrayTrainer() = default;
 
-ScheduleResult ArrayTrainer::make_task_graph() {
+ScheduleResult ArrayTrainer::make_task_graph(const std::vector<int>& members,
+                                             const SchedulerOptions& options) {
   const int S = pipeline_.stages;
-  const int K = static_cast<int>(jobs_.size());
+  const int K = static_cast<int>(members.size());
   // Block times for the scheduler: a stage's forward FLOPs per sample (its layer count where the
   // layers do not say) times the job's batch; a backward costs twice its forward. lr, weight decay
   // and momentum do not change a block's time (papers/arraypipe.md §2.2).
@@ -181,8 +182,10 @@ ScheduleResult ArrayTrainer::make_task_graph() {
   std::vector<std::vector<double>> forward(static_cast<size_t>(K)), backward(forward.size());
   for (int j = 0; j < K; ++j) {
     for (int s = 0; s < S; ++s) {
-      const double t = static_cast<double>(configs_[static_cast<size_t>(j)].batch_size) *
-                       per_sample[static_cast<size_t>(s)] / unit;
+      const double t =
+          static_cast<double>(
+              configs_[static_cast<size_t>(members[static_cast<size_t>(j)])].batch_size) *
+          per_sample[static_cast<size_t>(s)] / unit;
       forward[static_cast<size_t>(j)].push_back(t);
       backward[static_cast<size_t>(j)].push_back(2 * t);
     }
@@ -194,7 +197,7 @@ ScheduleResult ArrayTrainer::make_task_graph() {
   Tensor order = Tensor::zeros({static_cast<int64_t>(S) * 2 * K}, DType::kI64);
   int64_t* v = order.data<int64_t>();
   if (stage_ == 0) {
-    result = schedule_array(instance, scheduler_);
+    result = schedule_array(instance, options);
     validate_schedule(instance, result.schedule);
     for (int s = 0; s < S; ++s) {
       const std::vector<Block>& blocks = result.schedule.graph.device_order[static_cast<size_t>(s)];
@@ -206,14 +209,13 @@ ScheduleResult ArrayTrainer::make_task_graph() {
   if (world_ != nullptr && world_->size() > 1) {
     world_->broadcast(order, 0)->wait(world_->timeout(), "--array: the task graph from rank 0");
   }
-  if (stage_ != 0) {
-    result.schedule.graph.device_order.assign(static_cast<size_t>(S), {});
-    for (int s = 0; s < S; ++s) {
-      for (int b = 0; b < 2 * K; ++b) {
-        const int64_t x = v[s * 2 * K + b];
-        result.schedule.graph.device_order[static_cast<size_t>(s)].push_back(
-            {static_cast<int>(x / 2), x % 2 == 0});
-      }
+  // Every rank (rank 0 too) reads the orders back with the jobs' indices in the array.
+  result.schedule.graph.device_order.assign(static_cast<size_t>(S), {});
+  for (int s = 0; s < S; ++s) {
+    for (int b = 0; b < 2 * K; ++b) {
+      const int64_t x = v[s * 2 * K + b];
+      result.schedule.graph.device_order[static_cast<size_t>(s)].push_back(
+          {members[static_cast<size_t>(x / 2)], x % 2 == 0});
     }
   }
   return result;
@@ -298,8 +300,10 @@ ArraySummary ArrayTrainer::run() {
     j->executor = std::make_unique<Executor>(ctx_, *model_, binder_->store(j->index),
                                              StageRange{stage_, S, first, end}, comms, ec);
   }
-  summary.schedule = make_task_graph();
-  const std::vector<Block>& order =
+  std::vector<int> members;
+  for (const auto& j : jobs_) members.push_back(j->index);
+  summary.schedule = make_task_graph(members, scheduler_);
+  std::vector<Block> order =
       summary.schedule.schedule.graph.device_order[static_cast<size_t>(stage_)];
   int64_t iterations = 0;
   for (const auto& j : jobs_) iterations = std::max(iterations, j->total);
@@ -307,12 +311,24 @@ ArraySummary ArrayTrainer::run() {
   double train_seconds = 0.0;
   for (int64_t step = 0; step < iterations; ++step) {
     const auto start = Clock::now();
+    std::vector<int> now;
     for (auto& j : jobs_) {
       j->active = j->active && step < j->total;
       j->step = StepStats();
+      if (j->active) now.push_back(j->index);
     }
-    // The blocks of the jobs that still train, in the task graph's order (a job that left keeps
-    // the others' order, still a topological one).
+    if (now != members && !now.empty()) {
+      // A job left (its steps are done, or it diverged): a new task graph of the others, from the
+      // GA where the array's scheduler is B&B (the paper's prompt rescheduling, §2.7). The old
+      // order without the job would still be valid; the new one is shorter.
+      members = now;
+      SchedulerOptions options = scheduler_;
+      if (options.kind == SchedulerKind::kBnb) options.kind = SchedulerKind::kGa;
+      const ScheduleResult again = make_task_graph(members, options);
+      order = again.schedule.graph.device_order[static_cast<size_t>(stage_)];
+      ++summary.reschedules;
+    }
+    // The blocks of the jobs that still train, in the task graph's order.
     for (const Block& block : order) {
       Job& job = *jobs_[static_cast<size_t>(block.job)];
       if (job.active) run_block(job, block, step);
@@ -390,7 +406,7 @@ ArraySummary ArrayTrainer::run() {
   summary.busy_seconds = busy_seconds_;
   // --save-weights: every job's own file (collective per job).
   for (auto& j : jobs_) {
-    if (j->config.save_weights.empty()) continue;
+    if (j->config.save_weights.empty() || j->summary.stopped) continue;  // none for a diverged job
     j->summary.weights_path = job_weights_path(j->config.save_weights, j->index);
     binder_->bind(j->index);
     const std::unique_ptr<graph::Model> full = stage_ == 0 ? build_() : nullptr;

@@ -67,6 +67,7 @@ struct ArraySummary {
   ScheduleResult schedule;  // the first iteration's task graph (rank 0's decision)
   std::vector<ArrayJobSummary> jobs;
   int64_t iterations = 0;
+  int64_t reschedules = 0;  // new task graphs after jobs left
   double train_seconds = 0.0;
   int64_t switches = 0;       // this rank's binder switches
   double busy_seconds = 0.0;  // this rank's blocks
@@ -98,7 +99,9 @@ class ArrayTrainer {
 
  private:
   struct Job;
-  ScheduleResult make_task_graph();
+  // The task graph of the jobs `members` (array indices, in order), decided on rank 0 and sent to
+  // every rank (collective); its blocks name the jobs by their array index.
+  ScheduleResult make_task_graph(const std::vector<int>& members, const SchedulerOptions& options);
   void run_block(Job& job, const Block& block, int64_t step);
   void update(Job& job, int64_t step);
 

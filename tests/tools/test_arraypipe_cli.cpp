@@ -153,6 +153,41 @@ TEST(ArrayPipeCli, SchedulesGiveIdenticalJobs) {
   }
 }
 
+// Jobs that leave the array early: job 1 diverges at step 3 (its loss is not finite: it stops,
+// --nan-policy abort for that job alone), job 2 (batch 16) ends its epoch after 4 steps, job 0
+// (batch 8) after 8; the array reschedules as they leave, and jobs 0 and 2 still equal their solo
+// runs.
+TEST(ArrayPipeCli, JobsLeavingEarlyLeaveTheOthersUnchanged) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_leave");
+  const std::string common =
+      "--model cnn --size tiny --dataset fashion-mnist --train-samples 64 --test-samples 16 "
+      "--optimizer sgd --epochs 1 --threads 1 --seed 3 --stages 2 --local";
+  const TrainRun r = train_run(dir, "array",
+                               common +
+                                   " --array-mode list --array \"lr=0.01,1e6,0.02;"
+                                   "batch-size=8,8,16\"");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "job 1 stopped: step 3: the loss is")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rescheduled 2 times as jobs left")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/array-job-1.st")) << "a diverged job's weights";
+  std::map<int, std::vector<std::string>> losses;
+  for (const nlohmann::json& rec : r.of("train")) {
+    losses[rec["job"].get<int>()].push_back(rec["loss"].dump());
+  }
+  const std::map<int, std::string> solo = {{0, "--lr 0.01 --batch-size 8"},
+                                           {2, "--lr 0.02 --batch-size 16"}};
+  for (const auto& [job, flags] : solo) {
+    SCOPED_TRACE("job " + std::to_string(job));
+    const TrainRun alone =
+        train_run(dir, "solo" + std::to_string(job), common + " --schedule gpipe " + flags);
+    ASSERT_EQ(alone.status, 0) << alone.output;
+    EXPECT_EQ(alone.losses.size(), job == 0 ? 8u : 4u);
+    EXPECT_EQ(losses[job], alone.losses);
+    EXPECT_TRUE(read_file(dir + "/array-job-" + std::to_string(job) + ".st") == alone.weights);
+  }
+}
+
 TEST(ArrayPipeCli, GridAndFileMakeTheJobs) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
   const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_grid");

@@ -13,7 +13,7 @@
 // stages, local threads on this 2-core machine, do not compete for the cores: the figure is the
 // schedules' and the runtime's, as on one device per stage. --fixed-us 0 --per-row-us 0 is the
 // real CPU run (the layers' products only, the threads sharing the cores), printed as a second
-// table by default (--real on).
+// table by default (--real on, --real-width units, enough work per layer to be timed).
 //
 // Jobs: batch sizes cycle through --batch-sizes (the paper's NLP ones, 8 16 24 32), learning
 // rates differ (they change no time). Times are the trainers' own training time (iterations, no
@@ -47,6 +47,7 @@ struct Options {
   int64_t steps = 4;
   int repeats = 3;
   int width = 256;
+  int real_width = 1024;  // the real CPU run's layers (enough work to time)
   int fixed_us = 2000;
   int per_row_us = 150;
   std::vector<int64_t> batch_sizes = {8, 16, 24, 32};
@@ -59,10 +60,9 @@ struct Workload {
   parallel::PipelineConfig pipeline;
 };
 
-Workload make_workload(const Options& o, int fixed_us, int per_row_us) {
+Workload make_workload(const Options& o, int width, int fixed_us, int per_row_us) {
   Workload w;
   const int layers = 2 * o.stages;
-  const int width = o.width;
   w.build = [layers, width, fixed_us, per_row_us] {
     auto model = std::make_unique<graph::Model>("timed-mlp", Shape{width}, DType::kF32);
     for (int l = 0; l < layers; ++l) {
@@ -137,8 +137,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void table(const Options& o, int fixed_us, int per_row_us, const char* title) {
-  const Workload w = make_workload(o, fixed_us, per_row_us);
+void table(const Options& o, int width, int fixed_us, int per_row_us, const char* title) {
+  const Workload w = make_workload(o, width, fixed_us, per_row_us);
   std::printf("\n%s\n", title);
   std::vector<double> bnb, ga, gpipe, f1b;
   std::string bnb_algo, ga_algo;
@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
   app.add_option("--per-row-us", o.per_row_us, "cost model: microseconds per sample (forward)");
   app.add_option("--batch-sizes", o.batch_sizes, "the jobs' batch sizes, cycled");
   app.add_option("--real", o.real, "also the real CPU run (no cost model)");
+  app.add_option("--real-width", o.real_width, "hidden units of the real CPU run's MLP");
   CLI11_PARSE(app, argc, argv);
   try {
     STRATA_CHECK(o.stages >= 1 && o.jobs >= 1 && o.steps >= 1 && o.repeats >= 1)
@@ -214,11 +215,13 @@ int main(int argc, char** argv) {
                   "Device cost model (timed layers: %d us per call + %d us per sample forward, "
                   "backward twice; the stages sleep instead of sharing the cores):",
                   o.fixed_us, o.per_row_us);
-    table(o, o.fixed_us, o.per_row_us, title);
+    table(o, o.width, o.fixed_us, o.per_row_us, title);
     if (o.real) {
-      table(o, 0, 0,
-            "Real CPU run (the layers' products only; the stages' threads share this machine's "
-            "cores):");
+      std::snprintf(title, sizeof(title),
+                    "Real CPU run (width %d, the layers' products only; the stages' threads share "
+                    "this machine's cores):",
+                    o.real_width);
+      table(o, o.real_width, 0, 0, title);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "arraypipe_bench: %s\n", e.what());
