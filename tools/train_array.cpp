@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "engine/check.h"
+#include "io/datasets.h"
 #include "parallel/arraypipe/array_trainer.h"
 #include "parallel/arraypipe/scheduler.h"
 #include "tools/common.h"
@@ -35,6 +36,24 @@ class ArrayReporter final : public ap::ArrayObserver {
                        {"samples_per_s", r.samples_per_s},
                        {"elapsed_s", r.elapsed_s},
                        {"skipped", r.skipped_steps}});
+    }
+  }
+
+  void on_job_eval(int job, const parallel::EvalRecord& r) override {
+    std::printf("job %d | eval %s | step %lld | loss %.4f | accuracy %.2f%% | %lld samples\n", job,
+                r.split.c_str(), static_cast<long long>(r.step), r.loss, 100.0 * r.accuracy,
+                static_cast<long long>(r.samples));
+    std::fflush(stdout);
+    if (metrics_ != nullptr && metrics_->enabled()) {
+      metrics_->write({{"type", "eval"},
+                       {"job", job},
+                       {"split", r.split},
+                       {"step", r.step},
+                       {"epoch", r.epoch},
+                       {"loss", r.loss},
+                       {"accuracy", r.accuracy},
+                       {"top5", r.top5},
+                       {"samples", r.samples}});
     }
   }
 
@@ -111,13 +130,23 @@ std::vector<parallel::TrainConfig> array_job_configs(const std::vector<ap::Array
 }
 
 void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
-                    std::shared_ptr<const io::Dataset> train, const parallel::TrainConfig& base,
+                    std::shared_ptr<const io::Dataset> train,
+                    std::shared_ptr<const io::Dataset> test, const parallel::TrainConfig& base,
                     const parallel::PipelineConfig& pipeline, parallel::Communicator* world,
                     ExecContext& ctx, io::JsonlWriter* metrics) {
   const int rank = world != nullptr ? world->rank() : 0;
   const std::vector<ap::ArrayJob> jobs = array_jobs(o);
   std::vector<parallel::TrainConfig> configs =
       array_job_configs(jobs, base, pipeline, train->size());
+  // The evaluation batch that the job's solo run takes (tools/train_command.cpp's rule): the
+  // job's batch on text, its micro-batch under --mem-limit, unless --eval-batch-size says.
+  if (o.eval_batch_size == 0) {
+    for (parallel::TrainConfig& c : configs) {
+      c.eval_batch_size = !o.mem_limit.empty()               ? c.batch_size / pipeline.micro_batches
+                          : io::dataset_info(o.dataset).text ? c.batch_size
+                                                             : c.eval_batch_size;
+    }
+  }
   ap::SchedulerOptions scheduler;
   scheduler.kind = ap::parse_scheduler_kind(o.array_scheduler);
   scheduler.bnb_max_jobs = o.array_bnb_max;
@@ -137,8 +166,8 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
     std::fflush(stdout);
   }
   ArrayReporter reporter(metrics);
-  ap::ArrayTrainer trainer(ctx, spec, std::move(train), configs, pipeline, scheduler, world,
-                           rank == 0 ? &reporter : nullptr);
+  ap::ArrayTrainer trainer(ctx, spec, std::move(train), std::move(test), configs, pipeline,
+                           scheduler, world, rank == 0 ? &reporter : nullptr);
   const ap::ArraySummary summary = trainer.run();
   if (rank != 0) return;
   const ap::ScheduleResult& s = summary.schedule;
@@ -151,8 +180,14 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
       static_cast<long long>(summary.reschedules), static_cast<long long>(summary.switches));
   for (size_t i = 0; i < summary.jobs.size(); ++i) {
     const ap::ArrayJobSummary& j = summary.jobs[i];
-    std::printf("job %zu: %lld steps, last loss %.4f%s%s%s\n", i, static_cast<long long>(j.steps),
-                j.last_loss, j.stopped ? " (stopped: " : "", j.stopped ? (j.why + ")").c_str() : "",
+    char accuracy[64] = "";
+    if (j.last_eval) {
+      std::snprintf(accuracy, sizeof(accuracy), ", test accuracy %.2f%%",
+                    100.0 * j.last_eval->accuracy);
+    }
+    std::printf("job %zu: %lld steps, last loss %.4f%s%s%s%s\n", i, static_cast<long long>(j.steps),
+                j.last_loss, accuracy, j.stopped ? " (stopped: " : "",
+                j.stopped ? (j.why + ")").c_str() : "",
                 j.weights_path.empty() ? "" : (", weights " + j.weights_path).c_str());
   }
   std::fflush(stdout);
@@ -173,6 +208,7 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
                       {"job", i},
                       {"steps", j.steps},
                       {"last_loss", j.last_loss},
+                      {"test_accuracy", j.last_eval ? j.last_eval->accuracy : std::nan("")},
                       {"stopped", j.stopped},
                       {"weights", j.weights_path}});
     }

@@ -29,7 +29,8 @@ std::vector<parallel::TrainConfig> array_job_configs(
 // One rank of the array (every rank calls it; rank 0 prints and writes `metrics`, which may be
 // null or disabled).
 void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
-                    std::shared_ptr<const io::Dataset> train, const parallel::TrainConfig& base,
+                    std::shared_ptr<const io::Dataset> train,
+                    std::shared_ptr<const io::Dataset> test, const parallel::TrainConfig& base,
                     const parallel::PipelineConfig& pipeline, parallel::Communicator* world,
                     ExecContext& ctx, io::JsonlWriter* metrics);
 

@@ -295,7 +295,7 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
         std::make_unique<ConsoleReporter>(stdout, metrics.get(), o.steps > 0 ? 0 : o.epochs, live);
   }
   if (!o.array.empty()) {  // a job-array of sibling jobs (tools/train_array.h)
-    run_array_rank(o, setup.spec, setup.train, setup.config, setup.pipeline, world, ctx,
+    run_array_rank(o, setup.spec, setup.train, setup.test, setup.config, setup.pipeline, world, ctx,
                    metrics.get());
     return;
   }

@@ -88,22 +88,25 @@ struct ArrayTrainer::Job {
 };
 
 ArrayTrainer::ArrayTrainer(ExecContext& ctx, const proto::ModelSpec& spec,
-                           std::shared_ptr<const io::Dataset> train, std::vector<TrainConfig> jobs,
+                           std::shared_ptr<const io::Dataset> train,
+                           std::shared_ptr<const io::Dataset> test, std::vector<TrainConfig> jobs,
                            const PipelineConfig& pipeline, const SchedulerOptions& scheduler,
                            Communicator* world, ArrayObserver* observer)
     : ArrayTrainer(
-          ctx, [spec] { return graph::build_model(spec); }, std::move(train), std::move(jobs),
-          pipeline, scheduler, world, observer) {
+          ctx, [spec] { return graph::build_model(spec); }, std::move(train), std::move(test),
+          std::move(jobs), pipeline, scheduler, world, observer) {
   spec_ = spec;  // recorded in the weights files
 }
 
 ArrayTrainer::ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
-                           std::shared_ptr<const io::Dataset> train, std::vector<TrainConfig> jobs,
+                           std::shared_ptr<const io::Dataset> train,
+                           std::shared_ptr<const io::Dataset> test, std::vector<TrainConfig> jobs,
                            const PipelineConfig& pipeline, const SchedulerOptions& scheduler,
                            Communicator* world, ArrayObserver* observer)
     : ctx_(ctx),
       build_(build),
       train_(std::move(train)),
+      test_(std::move(test)),
       configs_(std::move(jobs)),
       pipeline_(pipeline),
       scheduler_(scheduler),
@@ -266,6 +269,44 @@ void ArrayTrainer::update(Job& job, int64_t step) {
   busy_seconds_ += seconds_since(start);
 }
 
+EvalRecord ArrayTrainer::evaluate(Job& job, int64_t step, int64_t epoch) {
+  const auto start = Clock::now();
+  const TrainConfig& c = job.config;
+  const int S = pipeline_.stages;
+  const bool loads = stage_ == 0 || stage_ == S - 1;
+  io::DataLoaderOptions options;
+  options.batch_size = c.eval_batch_size;
+  options.allocator = &ctx_.host_allocator();
+  options.num_workers = loads ? c.num_workers : 0;
+  LoaderMicroBatches source(test_, options, 1, loads, nullptr, c.loss.ignore_index);
+  StageComms comms;
+  comms.pipe = job.pipe.get();  // no training message is in flight (the iteration finished)
+  ExecutorConfig ec;
+  ec.seed = c.seed;
+  ec.loss = c.loss;
+  ec.optimizer = c.optimizer;
+  binder_->bind(job.index);
+  const auto [first, end] = pipeline_.partition[static_cast<size_t>(stage_)];
+  Executor executor(ctx_, *model_, binder_->store(job.index), StageRange{stage_, S, first, end},
+                    comms, ec);
+  const StepStats s = executor.evaluate(0, source.steps_per_epoch(), source);
+  executor.finish();
+  std::vector<double> metrics{s.loss, static_cast<double>(s.counted), static_cast<double>(s.top1),
+                              static_cast<double>(s.top5)};
+  world_sum(world_, &metrics, "--array: job " + std::to_string(job.index) + "'s evaluation");
+  EvalRecord r;
+  r.split = "test";
+  r.step = step;
+  r.epoch = epoch;
+  r.samples = static_cast<int64_t>(metrics[1]);
+  const double n = std::max(metrics[1], 1.0);
+  r.loss = metrics[0] / n;
+  r.accuracy = metrics[2] / n;
+  r.top5 = metrics[3] / n;
+  r.seconds = seconds_since(start);
+  return r;
+}
+
 ArraySummary ArrayTrainer::run() {
   const int S = pipeline_.stages;
   const int64_t M = pipeline_.micro_batches;
@@ -399,6 +440,18 @@ ArraySummary ArrayTrainer::run() {
         j->interval_loss = j->interval_seconds = 0.0;
         j->interval_steps = j->interval_samples = 0;
       }
+    }
+    // Evaluations, jobs in order on every rank (each job as its solo run: at the end of its
+    // epochs, every eval_every steps, at its last step).
+    for (auto& j : jobs_) {
+      if (test_ == nullptr || !j->active) continue;
+      const bool epoch_end =
+          (step + 1) % std::max<int64_t>(1, j->per_epoch) == 0 || step + 1 == j->total;
+      const bool periodic = j->config.eval_every > 0 && (step + 1) % j->config.eval_every == 0;
+      if (!epoch_end && !periodic) continue;
+      const EvalRecord r = evaluate(*j, step + 1, step / std::max<int64_t>(1, j->per_epoch));
+      j->summary.last_eval = r;
+      if (stage_ == 0 && observer_ != nullptr) observer_->on_job_eval(j->index, r);
     }
   }
   summary.train_seconds = train_seconds;

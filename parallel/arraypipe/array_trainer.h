@@ -51,6 +51,9 @@ class ArrayObserver {
   virtual ~ArrayObserver() = default;
   // Job `job`'s step record, every log_every steps of the job and at its last step.
   virtual void on_job_log(int job, const StepRecord& record) {}
+  // Job `job`'s evaluation on the test split: at the end of each of its epochs, every
+  // eval_every steps and at its last step, as its solo run evaluates.
+  virtual void on_job_eval(int job, const EvalRecord& record) {}
   // A job stopped early (its loss is not finite): it leaves the array, the others go on.
   virtual void on_job_stopped(int job, int64_t step, const std::string& why) {}
 };
@@ -61,6 +64,7 @@ struct ArrayJobSummary {
   bool stopped = false;  // left the array early (diverged)
   std::string why;
   std::string weights_path;  // --save-weights: this job's file
+  std::optional<EvalRecord> last_eval;
 };
 
 struct ArraySummary {
@@ -79,19 +83,20 @@ std::string job_weights_path(const std::string& path, int job);
 
 class ArrayTrainer {
  public:
-  // `jobs`: each job's resolved configuration (batch size, seed, optimizer); steps, epochs,
-  // log_every, loss and save_weights come from each one too. `pipeline`: the shared layout (one
-  // group; the partition resolved). `world`: S ranks, null for one stage.
+  // `test` may be null (no evaluation). `jobs`: each job's resolved configuration (batch size,
+  // seed, optimizer); steps, epochs, log_every, loss and save_weights come from each one too.
+  // `pipeline`: the shared layout (one group; the partition resolved). `world`: S ranks, null for
+  // one stage.
   ArrayTrainer(ExecContext& ctx, const proto::ModelSpec& spec,
-               std::shared_ptr<const io::Dataset> train, std::vector<TrainConfig> jobs,
-               const PipelineConfig& pipeline, const SchedulerOptions& scheduler,
-               Communicator* world, ArrayObserver* observer);
+               std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
+               std::vector<TrainConfig> jobs, const PipelineConfig& pipeline,
+               const SchedulerOptions& scheduler, Communicator* world, ArrayObserver* observer);
   // The same for a model made in C++ (benchmarks' timed layers); `build` gives every rank the
   // same model.
   ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
-               std::shared_ptr<const io::Dataset> train, std::vector<TrainConfig> jobs,
-               const PipelineConfig& pipeline, const SchedulerOptions& scheduler,
-               Communicator* world, ArrayObserver* observer);
+               std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
+               std::vector<TrainConfig> jobs, const PipelineConfig& pipeline,
+               const SchedulerOptions& scheduler, Communicator* world, ArrayObserver* observer);
   ~ArrayTrainer();
 
   ArraySummary run();
@@ -104,11 +109,14 @@ class ArrayTrainer {
   ScheduleResult make_task_graph(const std::vector<int>& members, const SchedulerOptions& options);
   void run_block(Job& job, const Block& block, int64_t step);
   void update(Job& job, int64_t step);
+  // Forward only over the test split with the job's state, in evaluation mode (collective: every
+  // rank, jobs in order, after the iteration, when no training message is in flight).
+  EvalRecord evaluate(Job& job, int64_t step, int64_t epoch);
 
   ExecContext& ctx_;
   proto::ModelSpec spec_;  // empty for a model from a builder
   ModelBuilder build_;
-  std::shared_ptr<const io::Dataset> train_;
+  std::shared_ptr<const io::Dataset> train_, test_;
   std::vector<TrainConfig> configs_;
   PipelineConfig pipeline_;
   SchedulerOptions scheduler_;

@@ -2,11 +2,11 @@
 // sibling jobs on one pipeline, and every job ends bitwise equal to that job trained alone by
 // plain `strata train` with the same partition and settings under --schedule gpipe (a job's
 // block is its whole mini-batch of --micro-batches micro-batches, the solo run's gpipe step):
-// per-step losses (--metrics, "job": i) and final weights (--save-weights, one file per job)
-// byte for byte. A CNN with batch norm and SGD with momentum on Fashion-MNIST, GPT-2 tiny (AdamW,
-// dropout, the tied embedding split between the stages) on the Brown corpus; stages as --local
-// threads and as MPI ranks; two different valid schedules give identical jobs; bad arrays are
-// refused naming the job and the setting.
+// per-step losses and test evaluations (--metrics, "job": i) and final weights (--save-weights,
+// one file per job) byte for byte. A CNN with batch norm and SGD with momentum on Fashion-MNIST,
+// GPT-2 tiny (AdamW, dropout, the tied embedding split between the stages) on the Brown corpus;
+// stages as --local threads and as MPI ranks; two different valid schedules give identical jobs;
+// bad arrays are refused naming the job and the setting.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -31,8 +31,13 @@ using strata::testing::TrainRun;
 struct Job {
   std::string flags;  // the job's settings as solo flags
   std::vector<std::string> losses;
+  std::vector<std::string> evals;  // the eval records' losses and accuracies
   std::string weights;
 };
+
+std::string eval_of(const nlohmann::json& rec) {
+  return rec["loss"].dump() + " " + rec["accuracy"].dump();
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -51,6 +56,10 @@ std::vector<Job> run_array(const std::string& dir, const std::string& name, cons
     const size_t j = rec["job"].get<size_t>();
     EXPECT_LT(j, jobs) << rec.dump();
     if (j < jobs) out[j].losses.push_back(rec["loss"].dump());
+  }
+  for (const nlohmann::json& rec : r.of("eval")) {
+    const size_t j = rec["job"].get<size_t>();
+    if (j < jobs) out[j].evals.push_back(eval_of(rec));
   }
   for (size_t j = 0; j < jobs; ++j) {
     out[j].weights = read_file(dir + "/" + name + "-job-" + std::to_string(j) + ".st");
@@ -76,6 +85,10 @@ void expect_jobs_equal_solo(const std::string& name, const std::string& common,
     ASSERT_EQ(alone.status, 0) << alone.output;
     ASSERT_EQ(alone.losses.size(), static_cast<size_t>(steps)) << alone.output;
     EXPECT_EQ(array[j].losses, alone.losses);
+    std::vector<std::string> evals;
+    for (const nlohmann::json& rec : alone.of("eval")) evals.push_back(eval_of(rec));
+    EXPECT_FALSE(evals.empty()) << alone.output;
+    EXPECT_EQ(array[j].evals, evals) << "the test evaluations differ";
     EXPECT_TRUE(array[j].weights == alone.weights) << "the final weights differ";
   }
 }

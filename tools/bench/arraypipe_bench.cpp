@@ -104,7 +104,7 @@ double run_array(const Options& o, const Workload& w, ap::SchedulerKind kind, st
   parallel::LocalWorld world(o.stages);
   parallel::run_local_ranks(world, [&](parallel::LocalCommunicator& comm) {
     ExecContext ctx(Device::cpu(), nullptr, 1);
-    ap::ArrayTrainer trainer(ctx, w.build, w.train, jobs, w.pipeline, so, &comm, nullptr);
+    ap::ArrayTrainer trainer(ctx, w.build, w.train, nullptr, jobs, w.pipeline, so, &comm, nullptr);
     const ap::ArraySummary s = trainer.run();
     if (comm.rank() == 0) {
       seconds = s.train_seconds;
