@@ -101,6 +101,10 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
     work_params_ = Tensor::zeros({param_elems}, compute_, allocator_);
     work_grads_ = Tensor::zeros({param_elems}, compute_, allocator_);
   }
+  bind_layers();
+}
+
+void ParamStore::bind_layers() {
   // The layers compute on the working copies under mixed precision, on the masters otherwise.
   // Buffers (running statistics) have no 16-bit copy: the layers update the f32 masters in place
   // (ops/batch_norm.h keeps statistics in f32 under bf16/f16).
@@ -108,8 +112,8 @@ ParamStore::ParamStore(Model& model, size_t begin, size_t end, Allocator& alloca
   const Tensor& bound_grads = mixed() ? work_grads_ : grads_;
   const Tensor& bound_buffers = buffers_;
   size_t pi = 0, bi = 0;
-  for (size_t i = begin; i < end; ++i) {
-    Layer& layer = model.layer(i);
+  for (size_t i = begin_; i < end_; ++i) {
+    Layer& layer = model_->layer(i);
     LayerParams views;
     for (; pi < param_entries_.size() && param_entries_[pi].layer_index == i; ++pi) {
       views.params.push_back(view_of(bound_params, param_entries_[pi]));

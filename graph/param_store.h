@@ -71,6 +71,10 @@ class ParamStore {
   // Fills parameters and buffers from their ParamInit with Philox streams keyed by
   // (seed, "layer.name"): identical whichever range of layers a store holds.
   void initialize(uint64_t seed);
+  // Binds the layers to this store's views again (the constructor does it first): several stores
+  // over the same layers (ArrayPipe's per-job states, parallel/arraypipe/binder.h) take turns
+  // by switching the layers' views, without copying a value. The latest binding wins.
+  void bind_layers();
   void zero_grads();
   // The same, ordered on the context's stream without waiting for the device (CUDA).
   void zero_grads(ExecContext& ctx);

@@ -39,6 +39,7 @@
 #include "tools/common.h"
 #include "tools/progress.h"
 #include "tools/text_commands.h"
+#include "tools/train_array.h"
 #include "tools/train_layout.h"
 #include "tools/train_reports.h"
 #include "tools/train_signals.h"
@@ -250,6 +251,11 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
     const bool live = o.progress == "on" || (o.progress == "auto" && isatty(fileno(stdout)));
     reporter =
         std::make_unique<ConsoleReporter>(stdout, metrics.get(), o.steps > 0 ? 0 : o.epochs, live);
+  }
+  if (!o.array.empty()) {  // a job-array of sibling jobs (tools/train_array.h)
+    run_array_rank(o, setup.spec, setup.train, setup.test, setup.config, setup.pipeline, world, ctx,
+                   metrics.get());
+    return;
   }
   // --tensorboard, --sample-every: every rank reports (collective; before the Trainer).
   std::unique_ptr<TrainReports> reports;

@@ -106,6 +106,11 @@ struct TrainOptions {
   std::string nan_policy = "abort";
   std::string loss_scale = "auto";  // auto (dynamic under fp16, else off) | off | dynamic | 2^k
   int64_t loss_scale_window = 2000;
+  // ArrayPipe job-arrays (tools/train_array.h): sibling jobs sharing the pipeline.
+  std::string array;  // SPEC or FILE; "" = one job
+  std::string array_mode = "grid";
+  std::string array_scheduler = "bnb";
+  int array_bnb_max = 30;
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options);

