@@ -179,9 +179,8 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   TensorList outputs;
   if (training) {
     // 2bw: the step's version, which is older than the latest once the step before updated.
-    WeightVersions::SetAside latest = versions_.swap_in(version, optimizer_steps_, "Forward", mb);
+    versions_.use(version, optimizer_steps_, "Forward", mb);
     outputs = memory_.forward(mb, inputs, options);
-    versions_.swap_back(std::move(latest));
     f.awaiting_backward = true;
   } else {
     Tape tape;  // evaluation keeps nothing
@@ -231,8 +230,7 @@ void Executor::backward(int64_t mb, bool last_of_update) {
   }
   const TensorList grads = last_stage() ? TensorList{f.dlogits} : std::move(f.grad_outputs);
   // Weight stashing: run the backward on the weights the forward saw.
-  WeightVersions::SetAside current =
-      versions_.swap_in(f.weight_version, optimizer_steps_, "Backward", mb);
+  versions_.use(f.weight_version, optimizer_steps_, "Backward", mb);
   // The update's last backward pass launches each gradient bucket once its layers are done
   // (under mixed precision, once their gradients are in the f32 masters).
   std::function<void(size_t)> hook;
@@ -245,7 +243,6 @@ void Executor::backward(int64_t mb, bool last_of_update) {
   }
   TensorList grad_inputs = memory_.backward(mb, grads, hook);
   if (!early_buckets) store_.flush_grads(ctx_);  // mixed precision: into the f32 masters
-  versions_.swap_back(std::move(current));
   if (!first_stage()) f.grad_inputs = std::move(grad_inputs);
   f.awaiting_backward = false;  // no longer needs its weight version
   f.dlogits = Tensor();
@@ -305,6 +302,7 @@ void Executor::apply_update(StepStats* stats) {
     }
   }
   collective_seconds_ += seconds_since(tied_start);
+  versions_.restore_latest();  // the optimizer updates the latest weights
   if (config_.kind == ScheduleKind::k2BW) {
     // The step just done used the version before this one, which nobody needs any more; the next
     // step uses this one (its forwards may have begun).
@@ -497,6 +495,7 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
     if (range_.stages > 1) transfers_.poll();
     memory_.poll();
   }
+  versions_.restore_latest();  // between programs the store holds the latest weights
   collect_losses(&stats);
   stats.wall_seconds = seconds_since(start);
   return stats;
@@ -506,6 +505,9 @@ void Executor::prefetch_weights(const Program& program, size_t i, MicroBatchSour
   if (!versions_.cached_on_host()) return;
   for (size_t j = i + 1; j < program.size(); ++j) {
     const Instruction& in = program[j];
+    // An update first brings the latest weights back (a copy to the device): the prefetch waits
+    // until after it, so that the two copies are not on the device at once.
+    if (in.op == OpCode::kOptimizerStep) return;
     if (in.op == OpCode::kBackward) {
       auto it = in_flight_.find(in.micro_batch);
       if (it != in_flight_.end() && it->second->awaiting_backward) {
@@ -546,6 +548,7 @@ void Executor::finish() {
 StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& source) {
   const auto start = Clock::now();
   StepStats stats;
+  versions_.restore_latest();
   store_.load_working(ctx_);
   Program program;
   for (int64_t mb = first; mb < first + count; ++mb) {

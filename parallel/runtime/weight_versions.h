@@ -2,23 +2,26 @@
 //
 // async-1f1b (PipeDream) runs a micro-batch's backward on the weights its forward saw; 2bw
 // (PipeDream-2BW) runs the forwards and backwards of step t on the weights of t - 1 updates
-// (parallel/schedule/schedule.h). The ParamStore always holds the latest version (the one the
-// optimizer updates); WeightVersions keeps copies of older versions, keyed by the number of
-// updates applied to them (the executor's optimizer step count), and puts one into the store for
-// the instruction that needs it, setting the latest aside (a device copy) meanwhile. It counts
-// the versions a stage held at once (the store's and the kept ones), so that tests can check the
-// schedules' bounds (2bw: two).
+// (parallel/schedule/schedule.h). The optimizer updates the ParamStore, which must then hold the
+// latest version; WeightVersions keeps copies of older versions, keyed by the number of updates
+// applied to them (the executor's optimizer step count), and puts the one an instruction needs
+// into the store (use), setting the latest aside the first time an older version goes in, until
+// restore_latest puts it back (before an update, at the end of a program). An older version stays
+// in the store for the instructions after that need it too: 2bw's last stage computes a whole step
+// on one version and swaps twice per step, not twice per instruction. It counts the versions a
+// stage held at once (the latest and the kept ones), so that tests can check the schedules'
+// bounds (2bw: two).
 //
-// Weight cache (DynPipe Sec. IV-C4, --weight-cache on): the kept versions live in host memory
-// (the copy engine's host pool, parallel/runtime/copy_engine.h) instead of the device. The device
-// caches one of them: prefetch(v) starts copying version v back ahead of the instruction that
-// needs it (the executor asks for the next Forward's or Backward's version after every
-// instruction), and swap_in sets the latest aside in the host pool too, waits for that copy (or
-// makes it, when nothing was prefetched), copies it into the store and lets the cached copy go;
-// swap_back copies the latest back. So a stage's device holds its weights twice at most (the
-// store's and one cached version), whatever the number of stages; without the cache it holds
-// every kept version and the latest set aside (up to S + 1 on async-1f1b's first stage, 3 under
-// 2bw). Copies move whole storages bit for bit: the results are those without the cache.
+// Weight cache (DynPipe Sec. IV-C4, --weight-cache on): the kept versions, and the latest while
+// it is set aside, live in host memory (the copy engine's host pool,
+// parallel/runtime/copy_engine.h) instead of the device. The device caches one kept version:
+// prefetch(v) starts copying version v back ahead of the instruction that needs it (the executor
+// asks for the next Forward's or Backward's version after every instruction), use waits for that
+// copy (or makes it, when nothing was prefetched), copies it into the store and lets the cached
+// copy go. So a stage's device holds its weights at most twice (the store's and one cached or
+// returning version), whatever the number of stages; without the cache it holds every kept version
+// and the latest set aside (up to S + 1 on async-1f1b's first stage, 3 under 2bw). Copies move
+// whole storages bit for bit: the results are those without the cache.
 #pragma once
 
 #include <cstdint>
@@ -41,29 +44,24 @@ class WeightVersions {
   void use_cache(CopyEngine* engine);
   bool cached_on_host() const { return engine_ != nullptr; }
 
-  // Keeps a copy of the store's parameters as `version` (nothing when it is kept already).
+  // Keeps a copy of the store's parameters, which must be the latest, as `version` (nothing when
+  // it is kept already).
   void stash(int64_t version);
   bool kept(int64_t version) const { return kept_.count(version) > 0; }
   // Drops the kept versions for which `unneeded(version)` is true.
   void release_if(const std::function<bool(int64_t)>& unneeded);
   // Weight cache: starts copying kept `version` to the device (nothing when it is not kept, is
-  // there already, or there is no cache); a cached other version goes.
+  // there or in the store already, or there is no cache); a cached other version goes.
   void prefetch(int64_t version);
-  // The store's weights while an older version is in it: a device copy, or with the cache a
-  // copy in the host pool. Empty when nothing was set aside.
-  struct SetAside {
-    Tensor device;
-    std::shared_ptr<CopyEngine::Copy> host;
-  };
-  // Puts kept `version` into the store and returns the store's weights (version `latest`) set
-  // aside; nothing done when version == latest. Throws strata::Error naming `what` and the
-  // micro-batch when the version is not kept.
-  SetAside swap_in(int64_t version, int64_t latest, const char* what, int64_t micro_batch);
-  // Puts back what swap_in set aside (nothing when it is empty).
-  void swap_back(SetAside set_aside);
-  void clear() { kept_.clear(); }
+  // Puts `version` into the store: the latest (`latest`, the optimizer's step count) or a kept
+  // one. Throws strata::Error naming `what` and the micro-batch when an older version is not
+  // kept.
+  void use(int64_t version, int64_t latest, const char* what, int64_t micro_batch);
+  // Puts the latest back into the store (nothing when it is there).
+  void restore_latest();
+  void clear();
 
-  // Versions held now and at most so far: the store's and the kept ones (on the device or, with
+  // Versions held now and at most so far: the latest and the kept ones (on the device or, with
   // the cache, on the host).
   int64_t held() const { return 1 + static_cast<int64_t>(kept_.size()); }
   int64_t peak() const { return peak_; }
@@ -81,6 +79,12 @@ class WeightVersions {
   graph::ParamStore& store_;
   CopyEngine* engine_ = nullptr;
   std::map<int64_t, Kept> kept_;
+  // The latest while an older version (`resident_`) is in the store: a device copy, or with the
+  // cache a copy in the host pool.
+  bool latest_in_store_ = true;
+  int64_t resident_ = -1;
+  Tensor aside_device_;
+  std::shared_ptr<CopyEngine::Copy> aside_host_;
   int64_t peak_ = 1;
 };
 
