@@ -17,7 +17,8 @@ using strata::testing::TrainRun;
 
 const char* kGpt2 =
     "--model gpt2 --size tiny --dataset synthetic-tokens --synthetic-vocab 256 --seq-len 32 "
-    "--train-samples 256 --test-samples 16 --steps 3 --batch-size 16 --micro-batches 4 --seed 3 "
+    "--train-samples 256 --test-samples 16 --eval-batch-size 4 --steps 3 --batch-size 16 "
+    "--micro-batches 4 --seed 3 "
     "--local";
 
 const nlohmann::json& stage(const TrainRun& r, int s) {
