@@ -66,4 +66,14 @@ TEST(WeightCacheCli, SynchronousScheduleIsRefusedByName) {
       << r.output;
 }
 
+// `strata train --help` lists 2bw beside the other schedules, and the weight cache's flag.
+TEST(WeightCacheCli, HelpListsTwoBwAndTheCache) {
+  const strata::testing::CliResult r = strata::testing::run_cli("train --help");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* s :
+       {"Pipeline schedule: gpipe, 1f1b, async-1f1b, 2bw", "--weight-cache TEXT:{off,on}=off"}) {
+    EXPECT_TRUE(contains(r.output, s)) << "missing " << s << " in\n" << r.output;
+  }
+}
+
 }  // namespace

@@ -27,7 +27,7 @@ mkdir -p "$out"
 model=(--model cnn --size tiny --dataset fashion-mnist)
 common=("${model[@]}" --batch-size 64 --micro-batches "$micro" --optimizer sgd --momentum 0.9
   --lr 0.02 --steps "$steps" --eval-every "$eval_every" --log-every "$eval_every"
-  --test-samples 2000 --seed 1 --threads 1 --num-workers 0)
+  --test-samples 2000 --seed 1 --threads 1 --workers 0 --progress off)
 
 echo "load before: $(uptime)"
 runs=()
