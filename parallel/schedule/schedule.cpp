@@ -495,14 +495,18 @@ std::string check_updates(const Schedule& sc) {
       const Instruction& in = p[k];
       if (in.op == OpCode::kReduceGrads) {
         if (pending < 0 || reduced) {
-          return at(s, k, in) + ": follows no Backward that ends an update (one ReduceGrads per " +
-                 std::to_string(every) + " backward(s))";
+          return at(s, k, in) + (every == 1 ? ": follows no Backward (one ReduceGrads per backward)"
+                                            : ": follows no Backward that ends an update (one "
+                                              "ReduceGrads per " +
+                                                  std::to_string(every) + " backwards)");
         }
         reduced = true;
       } else if (in.op == OpCode::kOptimizerStep) {
         if (pending < 0) {
-          return at(s, k, in) + ": follows no Backward that ends an update (one update per " +
-                 std::to_string(every) + " backward(s))";
+          return at(s, k, in) + (every == 1 ? ": follows no Backward (one update per backward)"
+                                            : ": follows no Backward that ends an update (one "
+                                              "update per " +
+                                                  std::to_string(every) + " backwards)");
         }
         if (!reduced) return at(s, k, in) + ": needs a ReduceGrads right before it";
         pending = -1;
