@@ -2,8 +2,9 @@
 //
 // Synchronous schedules (gpipe, 1f1b): every step runs the stage's program for that step's M
 // micro-batches and ends with ReduceGrads and OptimizerStep, so all ranks agree on the weights at
-// step boundaries. The asynchronous schedule (async-1f1b) runs one program for the whole run, cut
-// into segments of M updates for reporting; segments overlap (no flush), which is the point.
+// step boundaries. The asynchronous schedules (async-1f1b, 2bw) run one program for the whole
+// run, cut into segments of one step's updates (M, or 2bw's one) for reporting; segments overlap
+// (no flush), which is the point.
 //
 // Metrics (loss, counts) live on the last stages; one all-reduce over the world per step sums
 // them over the groups and hands them to rank 0, which reports. Evaluation runs on group 0 only
@@ -216,8 +217,14 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
       << ": the delayed gradients are laid out by the stage's layers; migrate without delay";
   STRATA_CHECK(pipeline_.migrations.empty() || is_synchronous(pipeline.schedule) ||
                pipeline.migration == MigrationMode::kRestart)
-      << "--migrate-at with async-1f1b: --migration live is not available for the asynchronous "
-         "schedule yet; use --migration restart (drain, move, start again)";
+      << "--migrate-at with " << schedule_name(pipeline.schedule)
+      << ": --migration live is not available for the asynchronous schedules yet; use "
+         "--migration restart (drain, move, start again)";
+  STRATA_CHECK(pipeline.schedule != ScheduleKind::k2BW ||
+               pipeline.micro_batches >= pipeline.stages - 1)
+      << "--schedule 2bw needs --micro-batches >= --stages - 1 (got " << pipeline.micro_batches
+      << " on " << pipeline.stages << " stages): with fewer, a forward would need a weight "
+      << "version that is not generated yet";
   const auto [begin, end] = pipeline_.partition[stage_];
   store_ = std::make_unique<graph::ParamStore>(*model_, begin, end, ctx.allocator(), DType::kF32,
                                                config.compute_dtype);
@@ -374,13 +381,13 @@ TrainSummary Trainer::run() {
   options.shard_index = group_;
   options.shard_count = G;
   options.drop_last = S * G * M > 1;
-  // Synchronous schedules normalize by the step's global batch; the asynchronous one updates per
+  // Synchronous schedules and 2bw normalize by the step's global batch; async-1f1b updates per
   // micro-batch, so each micro-batch is its own mean. Replicas that update locally
   // (PipelineConfig::update_sync) normalize by their group's batch.
   const bool local_updates = pipeline_.update_sync && G > 1;
   LoaderMicroBatches source(train_, options, M, loads,
                             stage_ == S - 1 && !local_updates ? dp_.get() : nullptr,
-                            config_.loss.ignore_index, !is_synchronous(pipeline_.schedule));
+                            config_.loss.ignore_index, updates_per_step(pipeline_.schedule, M) > 1);
   const int64_t total = total_steps(config_, pipeline_, train_->size());
   const int64_t per_epoch = source.steps_per_epoch();
   if (start_step_ > 0) source.start_at(start_step_);
@@ -410,7 +417,7 @@ TrainSummary Trainer::run() {
   // async-1f1b updates after every micro-batch: M updates a step. The schedule is given in steps
   // (--steps, --warmup-steps, --lr-step-size), so it runs M times slower in updates; counted in
   // steps, the learning rate would reach the end of a cosine after 1/M of the run.
-  if (!is_synchronous(pipeline_.schedule)) {
+  if (updates_per_step(pipeline_.schedule, M) > 1) {
     ec.optimizer.schedule.total_steps *= M;
     ec.optimizer.schedule.warmup_steps *= M;
     ec.optimizer.schedule.step_size *= M;
@@ -440,7 +447,8 @@ TrainSummary Trainer::run() {
     ExecutorConfig e = ec;
     e.first_step = first_step;
     const auto [first_layer, end_layer] = pipeline_.partition[stage_];
-    if (pipeline_.memory_plan.uses(MemoryPolicy::kSwap, first_layer, end_layer) &&
+    if ((pipeline_.weight_cache ||
+         pipeline_.memory_plan.uses(MemoryPolicy::kSwap, first_layer, end_layer)) &&
         swap_pool_ == nullptr) {
       // Host memory for swapped tensors: pinned for a GPU (copies that overlap compute), plain
       // memory for the CPU's emulated device; its own limit, not counted against --mem-limit.
@@ -454,6 +462,7 @@ TrainSummary Trainer::run() {
     e.swap_pool = swap_pool_.get();
     e.update_sync = replica_sync.get();
     e.injector = injector.empty() ? nullptr : &injector;
+    e.weight_cache = pipeline_.weight_cache;
     executor = std::make_unique<Executor>(ctx_, *model_, *store_,
                                           StageRange{stage_, S, first_layer, end_layer}, comms, e,
                                           trace.get());
@@ -554,8 +563,9 @@ TrainSummary Trainer::run() {
     stats.grad_norm = std::sqrt(std::max(m[3], 0.0));
     // The step ends for every rank when the last one is done (the sum above waited for it).
     report.wall_seconds += seconds_since(step_start);
-    // Async: M updates per segment, each loss the mean of its micro-batch over the groups.
-    const double loss = !agree ? 0.0 : sync ? m[0] : m[0] / static_cast<double>(M);
+    // async-1f1b: M updates per segment, each loss the mean of its micro-batch over the groups.
+    const double loss =
+        !agree ? 0.0 : m[0] / static_cast<double>(updates_per_step(pipeline_.schedule, M));
     const bool skipped = agree && m[2] > 0;
     // Dynamic loss scaling: a non-finite gradient with a finite loss is the scaled gradient
     // overflowing: skipped like --nan-policy skip, whatever the policy, and the scale halves.

@@ -121,6 +121,7 @@ struct PipelineConfig {
   // pool, or recompute (parallel/runtime/memory_plan.h); one entry per model layer, empty: keep.
   MemoryPlan memory_plan;
   size_t swap_pool_bytes = size_t{8} << 30;  // the host pool of each rank that swaps
+  bool weight_cache = false;          // --weight-cache on: stashed weight versions in the host pool
   int swap_lead = 1;                  // SwapIn(mb) this many forwards/backwards before Backward(mb)
   int prefetch_layers = 2;            // swapped layers on their way back at once during a backward
   std::vector<Migration> migrations;  // by step

@@ -8,7 +8,7 @@
 // layers, the optimizer's step count carried over. Nothing a step computes depends on which
 // stage ran a layer, so the run continues bitwise as without the move.
 //
-// The asynchronous schedule (async-1f1b) never empties. With --migration restart it is cut at
+// The asynchronous schedules (async-1f1b, 2bw) never empty. With --migration restart it is cut at
 // every re-layout: the run before the cut stops taking new micro-batches and drains (its program
 // ends with the backwards of those in flight), the layers move, and a new run starts with its
 // warm-up; PipeDream's staleness restarts with it, as it would after a relaunch.
@@ -74,7 +74,7 @@ std::vector<Program> Trainer::async_programs(int64_t total) const {
     }
     // A run of the micro-batches of steps [cuts[r], cuts[r + 1]), numbered from there.
     const int64_t first = cuts[r] * M, count = (cuts[r + 1] - cuts[r]) * M;
-    Schedule run = make_schedule(pipeline_.schedule, S, count);
+    Schedule run = make_schedule(pipeline_.schedule, S, count, 0, M);
     Program& program = run.programs[stage_];
     for (Instruction& in : program) {
       if (in.micro_batch >= 0) in.micro_batch += first;
@@ -83,7 +83,9 @@ std::vector<Program> Trainer::async_programs(int64_t total) const {
                                    partition[stage_].second)) {
       add_prefetches(&program, pipeline_.swap_lead);
     }
-    for (Program& p : segments(program, M)) out.push_back(std::move(p));
+    for (Program& p : segments(program, updates_per_step(pipeline_.schedule, M))) {
+      out.push_back(std::move(p));
+    }
   }
   STRATA_CHECK_EQ(static_cast<int64_t>(out.size()), total)
       << "async schedule: " << out.size() << " segments for " << total << " steps";

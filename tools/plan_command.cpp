@@ -36,7 +36,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
   cmd->add_option("--stages", o.stages, "Pipeline stages S");
   cmd->add_option("--micro-batches", o.micro_batches, "Micro-batches M per step");
   cmd->add_option("--batch-size", o.batch_size, "Samples per step (M micro-batches)");
-  cmd->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, async-1f1b");
+  cmd->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, async-1f1b, 2bw");
   cmd->add_option("--profile", o.profile,
                   "Profile JSON from `strata profile --output` (empty = profile now)");
   cmd->add_option("--profile-steps", o.profile_steps, "Steps when profiling now");

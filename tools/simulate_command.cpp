@@ -90,7 +90,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& o) {
   cmd->add_option("--batch-size", o.batch_size, "Global batch (samples per step)");
   cmd->add_option("--batch-per-gpu", o.batch_per_gpu,
                   "Global batch = this x GPUs (0 = --batch-size); for scaling over --gpus");
-  cmd->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, async-1f1b");
+  cmd->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, async-1f1b, 2bw");
   cmd->add_option("--partition", o.partition,
                   "Stage boundaries: auto (--partitioner), uniform, or ranges (0-3,4-11)");
   cmd->add_option("--partitioner", o.partitioner, "With --partition auto: dp, projection");

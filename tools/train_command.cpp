@@ -426,6 +426,7 @@ Setup make_setup(const TrainOptions& o, int world_size) {
       o.memory_plan, s.layer_names,
       parallel::MemoryPlan::uniform(s.layer_names.size(), parallel::MemoryPolicy::kKeep));
   p.swap_pool_bytes = parse_bytes(o.swap_pool);
+  p.weight_cache = o.weight_cache == "on";
   // --migrate-at STEP:PARTITION, checked before training (ranges as --partition writes them).
   p.migration = parallel::parse_migration_mode(o.migration);
   for (const std::string& spec : o.migrate_at) {

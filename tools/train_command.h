@@ -79,6 +79,7 @@ struct TrainOptions {
   std::string memory_policy = "keep";
   std::string memory_plan;  // per-layer overrides, "RANGE:POLICY,..."
   std::string swap_pool = "8GiB";
+  std::string weight_cache = "off";     // --weight-cache off|on
   std::vector<std::string> migrate_at;  // "STEP:PARTITION" re-layouts (vPIPE part 2)
   std::string migration = "live";       // live | restart
   // Gradient all-reduce across the groups (parallel/grouped_dp.h).

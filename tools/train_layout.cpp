@@ -92,6 +92,7 @@ parallel::MemoryPlan TrainLayout::memory_plan(const parallel::Partition& partiti
   setting.optimizer_slots = o_.optimizer == "sgd" ? (o_.momentum > 0 ? 1 : 0) : 2;
   setting.mixed = o_.precision == "bf16" || o_.precision == "fp16";
   setting.prefetch_layers = pipeline_.prefetch_layers;
+  setting.weight_cache = pipeline_.weight_cache;
   // The host-device bandwidth of the swap engine, measured here (the CPU's emulated device: a
   // memory copy; rank 0's device otherwise stands for every rank's).
   {

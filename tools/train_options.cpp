@@ -138,7 +138,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Data-parallel groups G (0 = the number of ranks / S); ranks = G x S");
   cmd->add_option("--micro-batches", o.micro_batches,
                   "Micro-batches M per step of each group (must divide batch size / G)");
-  cmd->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, async-1f1b");
+  cmd->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, async-1f1b, 2bw");
   cmd->add_option("--partition", o.partition,
                   "Stage boundaries: auto (balanced by a per-layer profile), uniform, or ranges "
                   "by layer index or name, e.g. 0-3,4-11 or conv1-pool2,fc1-fc2");
@@ -176,6 +176,11 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--swap-pool", o.swap_pool,
                   "Host memory each swapping rank may use for swapped tensors (pinned on a GPU), "
                   "e.g. 8GiB");
+  cmd->add_option("--weight-cache", o.weight_cache,
+                  "async-1f1b and 2bw: keep the stashed weight versions in host memory (the "
+                  "--swap-pool), with a device cache of the one the next forward or backward needs "
+                  "(DynPipe's weight cache): off, on")
+      ->check(CLI::IsMember({"off", "on"}));
   cmd->add_option("--migrate-at", o.migrate_at,
                   "Move layers between stages while training: STEP:PARTITION (before step STEP, "
                   "the stages hold PARTITION, written as --partition is); may be repeated");

@@ -304,7 +304,7 @@ class StageModel {
     e.time_ms = mbs * (compute_[j] - compute_[i]) + e.send_ms;
     e.in_flight = stage_in_flight(o_.schedule, stages_, k, o_.micro_batches);
     const double params = param_[j] - param_[i];
-    const int64_t stashed = o_.schedule == ScheduleKind::kAsync1F1B ? e.in_flight - 1 : 0;
+    const int64_t stashed = stashed_weight_versions(o_.schedule, stages_, k, o_.micro_batches);
     e.param_memory_bytes = params * (2.0 + o_.optimizer_slots + static_cast<double>(stashed));
     e.activation_memory_bytes =
         mbs * (activation_[j] - activation_[i]) * static_cast<double>(e.in_flight);
@@ -327,7 +327,7 @@ class StageModel {
       << format_bytes(static_cast<size_t>(e.memory_bytes)) << ": "
       << format_bytes(static_cast<size_t>(e.param_memory_bytes))
       << " for parameters, gradients and optimizer state"
-      << (o_.schedule == ScheduleKind::kAsync1F1B ? " (with stashed weight versions)" : "") << ", "
+      << (is_synchronous(o_.schedule) ? "" : " (with stashed weight versions)") << ", "
       << format_bytes(static_cast<size_t>(e.activation_memory_bytes)) << " for the activations of "
       << e.in_flight << " micro-batches of " << o_.micro_batch_size << " samples in flight";
     return o.str();

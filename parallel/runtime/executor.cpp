@@ -66,7 +66,18 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
                  config.lookahead, trace),
       copies_(make_copy_engine(ctx, range, config)),
       memory_(ctx, model, store, range.begin, range.end, config.memory_plan, copies_.get(), trace),
+      versions_(ctx, store),
       uploader_(ctx) {
+  if (config.weight_cache) {
+    STRATA_CHECK(!is_synchronous(config.kind))
+        << "--weight-cache on needs a schedule that stashes weight versions (async-1f1b, 2bw), "
+           "not "
+        << schedule_name(config.kind);
+    STRATA_CHECK(config.swap_pool != nullptr)
+        << "executor: stage " << range.stage << " caches weights but has no host pool";
+    weight_copies_ = std::make_unique<CopyEngine>(ctx, *config.swap_pool, "--swap-pool");
+    versions_.use_cache(weight_copies_.get());
+  }
   memory_.set_prefetch_layers(config.prefetch_layers);
   memory_.set_drain_before_swap_in(config.kind == ScheduleKind::kGPipe);
   STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
@@ -154,11 +165,21 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   options.seed = config_.seed;
   options.step = info.step;
   options.sample_offset = info.sample_offset;
-  options.weight_version = static_cast<uint64_t>(optimizer_steps_);
+  int64_t version = optimizer_steps_;
+  if (training && config_.kind == ScheduleKind::k2BW) {
+    if (run_first_step_ < 0) {
+      run_first_step_ = info.step;
+      run_first_version_ = optimizer_steps_;
+    }
+    version = run_first_version_ + two_bw_version(info.step, run_first_step_);
+  }
+  options.weight_version = static_cast<uint64_t>(version);
   options.keep_tape = training;
-  f.weight_version = optimizer_steps_;
+  f.weight_version = version;
   TensorList outputs;
   if (training) {
+    // 2bw: the step's version, which is older than the latest once the step before updated.
+    versions_.use(version, optimizer_steps_, "Forward", mb);
     outputs = memory_.forward(mb, inputs, options);
     f.awaiting_backward = true;
   } else {
@@ -209,15 +230,7 @@ void Executor::backward(int64_t mb, bool last_of_update) {
   }
   const TensorList grads = last_stage() ? TensorList{f.dlogits} : std::move(f.grad_outputs);
   // Weight stashing: run the backward on the weights the forward saw.
-  Tensor current;
-  if (f.weight_version != optimizer_steps_) {
-    auto stashed = stash_.find(f.weight_version);
-    STRATA_CHECK(stashed != stash_.end()) << "executor: weight version " << f.weight_version
-                                          << " of micro-batch " << mb << " was not stashed";
-    current = store_.params().clone();
-    store_.params().copy_from(stashed->second);
-    store_.load_working_params(ctx_);
-  }
+  versions_.use(f.weight_version, optimizer_steps_, "Backward", mb);
   // The update's last backward pass launches each gradient bucket once its layers are done
   // (under mixed precision, once their gradients are in the f32 masters).
   std::function<void(size_t)> hook;
@@ -230,22 +243,19 @@ void Executor::backward(int64_t mb, bool last_of_update) {
   }
   TensorList grad_inputs = memory_.backward(mb, grads, hook);
   if (!early_buckets) store_.flush_grads(ctx_);  // mixed precision: into the f32 masters
-  if (current.defined()) {
-    store_.params().copy_from(current);
-    store_.load_working_params(ctx_);
-  }
   if (!first_stage()) f.grad_inputs = std::move(grad_inputs);
   f.awaiting_backward = false;  // no longer needs its weight version
   f.dlogits = Tensor();
   f.grad_outputs.clear();
-  // Stashed versions nobody in flight needs any more.
-  for (auto s = stash_.begin(); s != stash_.end();) {
-    bool needed = false;
+  // async-1f1b: stashed versions nobody in flight needs any more (2bw drops its versions at the
+  // updates: the rest of the step still needs them).
+  if (config_.kind != ScheduleKind::kAsync1F1B) return;
+  versions_.release_if([&](int64_t version) {
     for (const auto& [other, g] : in_flight_) {
-      needed = needed || (other != mb && g->weight_version == s->first && g->awaiting_backward);
+      if (other != mb && g->weight_version == version && g->awaiting_backward) return false;
     }
-    s = needed ? std::next(s) : stash_.erase(s);
-  }
+    return true;
+  });
 }
 
 void Executor::reduce_gradients() {
@@ -292,11 +302,19 @@ void Executor::apply_update(StepStats* stats) {
     }
   }
   collective_seconds_ += seconds_since(tied_start);
-  // Versions still needed by a micro-batch in flight are stashed before the update.
-  for (const auto& [mb, f] : in_flight_) {
-    if (f->awaiting_backward && f->weight_version == optimizer_steps_ &&
-        stash_.count(optimizer_steps_) == 0) {
-      stash_[optimizer_steps_] = store_.params().clone();
+  versions_.restore_latest();  // the optimizer updates the latest weights
+  if (config_.kind == ScheduleKind::k2BW) {
+    // The step just done used the version before this one, which nobody needs any more; the next
+    // step uses this one (its forwards may have begun).
+    const int64_t now = optimizer_steps_;
+    versions_.release_if([now](int64_t version) { return version < now; });
+    versions_.stash(now);
+  } else {
+    // Versions still needed by a micro-batch in flight are stashed before the update.
+    for (const auto& [mb, f] : in_flight_) {
+      if (f->awaiting_backward && f->weight_version == optimizer_steps_) {
+        versions_.stash(optimizer_steps_);
+      }
     }
   }
   // Only clipping and agreed skips (ExecutorConfig::global_norm) need the global norm before the
@@ -473,12 +491,38 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
       }
     }
     execute(program[i], source, &stats);
+    prefetch_weights(program, i, source);
     if (range_.stages > 1) transfers_.poll();
     memory_.poll();
   }
+  versions_.restore_latest();  // between programs the store holds the latest weights
   collect_losses(&stats);
   stats.wall_seconds = seconds_since(start);
   return stats;
+}
+
+void Executor::prefetch_weights(const Program& program, size_t i, MicroBatchSource& source) {
+  if (!versions_.cached_on_host()) return;
+  for (size_t j = i + 1; j < program.size(); ++j) {
+    const Instruction& in = program[j];
+    // An update first brings the latest weights back (a copy to the device): the prefetch waits
+    // until after it, so that the two copies are not on the device at once.
+    if (in.op == OpCode::kOptimizerStep) return;
+    if (in.op == OpCode::kBackward) {
+      auto it = in_flight_.find(in.micro_batch);
+      if (it != in_flight_.end() && it->second->awaiting_backward) {
+        versions_.prefetch(it->second->weight_version);
+      }
+      return;
+    }
+    if (in.op == OpCode::kForward) {
+      if (config_.kind == ScheduleKind::k2BW && run_first_step_ >= 0) {
+        versions_.prefetch(run_first_version_ +
+                           two_bw_version(source.info(in.micro_batch).step, run_first_step_));
+      }
+      return;
+    }
+  }
 }
 
 void Executor::collect_losses(StepStats* stats) {
@@ -497,12 +541,14 @@ void Executor::finish() {
       << "executor: stage " << range_.stage << " finished with saved tensors still recorded";
   STRATA_CHECK(grouped_dp_ == nullptr || config_.grad_sync.delay > 0 || grouped_dp_->idle())
       << "executor: stage " << range_.stage << " finished with gradient all-reduces pending";
-  stash_.clear();
+  versions_.clear();
+  run_first_step_ = -1;
 }
 
 StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& source) {
   const auto start = Clock::now();
   StepStats stats;
+  versions_.restore_latest();
   store_.load_working(ctx_);
   Program program;
   for (int64_t mb = first; mb < first + count; ++mb) {

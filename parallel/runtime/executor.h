@@ -13,7 +13,10 @@
 // The asynchronous schedule (async-1f1b) updates the weights after every backward. A micro-batch
 // whose forward saw an older version of the weights runs its backward on that version: the
 // executor stashes a copy of the weights whenever a version is still needed by a micro-batch in
-// flight, and swaps it in for the backward (PipeDream's weight stashing).
+// flight, and swaps it in for the backward (PipeDream's weight stashing). 2bw (PipeDream-2BW)
+// updates once per step and runs the forwards and backwards of step t on the version of t - 1
+// updates: at every update the executor keeps the version before it (the next step's) and drops
+// the one before that, so a stage holds two versions at most (parallel/runtime/weight_versions.h).
 //
 // Instead of the all-reduce, an UpdateSync (ExecutorConfig::update_sync) may bring the replicas
 // together after each local update (SDPipe, parallel/sdpipe/).
@@ -68,6 +71,7 @@
 #include "parallel/runtime/stage_memory.h"
 #include "parallel/runtime/stage_transfers.h"
 #include "parallel/runtime/update_sync.h"
+#include "parallel/runtime/weight_versions.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -104,6 +108,9 @@ struct ExecutorConfig {
   // --inject (not owned; may be null): called before and after every Forward and Backward
   // (parallel/runtime/injector.h).
   Injector* injector = nullptr;
+  // --weight-cache on (async-1f1b, 2bw): the stashed weight versions live in `swap_pool`, the
+  // device caches the one the next instruction needs (parallel/runtime/weight_versions.h).
+  bool weight_cache = false;
 };
 
 struct StepStats {
@@ -172,6 +179,8 @@ class Executor {
   // The stage's saved-tensor records and what swap and recompute did so far.
   StageMemoryStats memory_stats() const { return memory_.stats(); }
   CopyEngine::Stats copy_stats() const { return copies_ ? copies_->stats() : CopyEngine::Stats{}; }
+  // Weight versions this stage held at once, at most (the store's and the stashed ones).
+  int64_t weight_versions_peak() const { return versions_.peak(); }
 
  private:
   struct InFlight;
@@ -185,6 +194,8 @@ class Executor {
   void apply_update(StepStats* stats);
   // Adds the losses of the program's micro-batches (in their order) to stats->loss.
   void collect_losses(StepStats* stats);
+  // Weight cache: prefetches the version of the next Forward or Backward after instruction i.
+  void prefetch_weights(const Program& program, size_t i, MicroBatchSource& source);
   std::string describe(const Instruction& in) const { return transfers_.describe(in); }
   InFlight& state(int64_t mb);
 
@@ -203,8 +214,15 @@ class Executor {
   StageTransfers transfers_;
   std::unique_ptr<CopyEngine> copies_;  // null when no layer of the stage swaps
   StageMemory memory_;
-  // Weight stashing (async-1f1b): versions still needed by micro-batches in flight.
-  std::map<int64_t, Tensor> stash_;
+  // Weight stashing (async-1f1b, 2bw): versions still needed by micro-batches, and with the
+  // weight cache the engine that moves them between the host and the device (declared first:
+  // the versions' copies go before it).
+  std::unique_ptr<CopyEngine> weight_copies_;
+  WeightVersions versions_;
+  // 2bw: the step of the first micro-batch this executor forwarded in training (the start of its
+  // run: step t of the run uses the version of t - 1 updates since then), -1 before it.
+  int64_t run_first_step_ = -1;
+  int64_t run_first_version_ = 0;
   // Tied parameters split between the first and last stage: this store's gradient views.
   std::vector<Tensor> tied_grads_;
   bool tied_owner_side_ = false;

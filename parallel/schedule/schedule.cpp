@@ -15,6 +15,9 @@
 //               backward; ReduceGrads is a no-op there and sums the gradients of the update over
 //               data-parallel groups and tied copies when a layout has them. `step` numbers
 //               whole runs (e.g. epochs that drain at their end).
+//   2bw         async-1f1b's order, with ReduceGrads OptimizerStep only after the backward blocks
+//               of micro-batches j with (j + 1) mod update_every = 0 (counted from the run's
+//               first): the step's gradients coalesced, one update per step.
 // In-flight bound (forwarded, not yet backwarded): 1f1b and async-1f1b run the same
 // forward/backward order, so both keep exactly min(S - s, M) in flight on stage s; the checker
 // enforces the documented bound S - s for both, and M for gpipe. With weight stashing, async
@@ -114,7 +117,8 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::kGPipe;
   if (name == "1f1b") return ScheduleKind::k1F1B;
   if (name == "async-1f1b") return ScheduleKind::kAsync1F1B;
-  STRATA_THROW() << "unknown schedule '" << name << "' (valid: gpipe, 1f1b, async-1f1b)";
+  if (name == "2bw") return ScheduleKind::k2BW;
+  STRATA_THROW() << "unknown schedule '" << name << "' (valid: gpipe, 1f1b, async-1f1b, 2bw)";
 }
 
 const char* schedule_name(ScheduleKind kind) {
@@ -125,11 +129,29 @@ const char* schedule_name(ScheduleKind kind) {
       return "1f1b";
     case ScheduleKind::kAsync1F1B:
       return "async-1f1b";
+    case ScheduleKind::k2BW:
+      return "2bw";
   }
   return "?";
 }
 
-bool is_synchronous(ScheduleKind kind) { return kind != ScheduleKind::kAsync1F1B; }
+bool is_synchronous(ScheduleKind kind) {
+  return kind != ScheduleKind::kAsync1F1B && kind != ScheduleKind::k2BW;
+}
+
+int64_t updates_per_step(ScheduleKind kind, int64_t micro_batches) {
+  return kind == ScheduleKind::kAsync1F1B ? micro_batches : 1;
+}
+
+int64_t stashed_weight_versions(ScheduleKind kind, int stages, int stage, int64_t micro_batches) {
+  if (kind == ScheduleKind::k2BW) return 1;
+  if (kind != ScheduleKind::kAsync1F1B) return 0;
+  return std::max<int64_t>(std::min<int64_t>(stages - stage, micro_batches) - 1, 0);
+}
+
+int64_t two_bw_version(int64_t step, int64_t first_step) {
+  return std::max<int64_t>(step - first_step - 1, 0);
+}
 
 namespace {
 
@@ -150,7 +172,8 @@ void add_flush(Program& p) {
   p.push_back({OpCode::kOptimizerStep, -1});
 }
 
-Program make_program(ScheduleKind kind, int s, int S, int64_t M, int64_t first) {
+Program make_program(ScheduleKind kind, int s, int S, int64_t M, int64_t first,
+                     int64_t update_every) {
   Program p;
   switch (kind) {
     case ScheduleKind::kGPipe:
@@ -169,12 +192,13 @@ Program make_program(ScheduleKind kind, int s, int S, int64_t M, int64_t first) 
       add_flush(p);
       break;
     }
-    case ScheduleKind::kAsync1F1B: {
+    case ScheduleKind::kAsync1F1B:
+    case ScheduleKind::k2BW: {
       const int64_t warmup = std::min<int64_t>(S - s, M);
       for (int64_t i = 0; i < warmup; ++i) add_forward(p, s, S, first + i);
       for (int64_t j = 0; j < M; ++j) {
         add_backward(p, s, S, first + j);
-        add_flush(p);
+        if ((j + 1) % update_every == 0) add_flush(p);
         if (warmup + j < M) add_forward(p, s, S, first + warmup + j);
       }
       break;
@@ -185,7 +209,8 @@ Program make_program(ScheduleKind kind, int s, int S, int64_t M, int64_t first) 
 
 }  // namespace
 
-Schedule make_schedule(ScheduleKind kind, int stages, int64_t micro_batches, int64_t step) {
+Schedule make_schedule(ScheduleKind kind, int stages, int64_t micro_batches, int64_t step,
+                       int64_t update_every) {
   STRATA_CHECK_GE(stages, 1) << "make_schedule(" << schedule_name(kind) << "): stages";
   STRATA_CHECK_GE(micro_batches, 1)
       << "make_schedule(" << schedule_name(kind) << "): micro-batches";
@@ -195,9 +220,20 @@ Schedule make_schedule(ScheduleKind kind, int stages, int64_t micro_batches, int
   schedule.stages = stages;
   schedule.micro_batches = micro_batches;
   schedule.first_micro_batch = step * micro_batches;
+  schedule.update_every = kind == ScheduleKind::kAsync1F1B ? 1 : micro_batches;
+  if (kind == ScheduleKind::k2BW) {
+    if (update_every > 0) schedule.update_every = update_every;
+    STRATA_CHECK(micro_batches % schedule.update_every == 0)
+        << "make_schedule(2bw): a run of " << micro_batches
+        << " micro-batches is not a whole number of updates of " << schedule.update_every;
+    STRATA_CHECK_GE(schedule.update_every, stages - 1)
+        << "2bw needs at least S - 1 micro-batches per update (--micro-batches >= --stages - 1): "
+           "with fewer, a forward would need a weight version that is not generated yet ("
+        << stages << " stages)";
+  }
   for (int s = 0; s < stages; ++s) {
-    schedule.programs.push_back(
-        make_program(kind, s, stages, micro_batches, schedule.first_micro_batch));
+    schedule.programs.push_back(make_program(kind, s, stages, micro_batches,
+                                             schedule.first_micro_batch, schedule.update_every));
   }
   return schedule;
 }
@@ -450,32 +486,48 @@ std::string check_updates(const Schedule& sc) {
       }
       continue;
     }
-    int64_t pending = -1;  // the backward waiting for its update
-    bool reduced = false;  // its ReduceGrads has been seen
+    // async-1f1b updates after every backward, 2bw after every update_every-th.
+    const int64_t every = sc.kind == ScheduleKind::k2BW ? std::max<int64_t>(sc.update_every, 1) : 1;
+    int64_t pending = -1;   // the backward waiting for its update
+    bool reduced = false;   // its ReduceGrads has been seen
+    int64_t backwards = 0;  // seen so far
     for (size_t k = 0; k < p.size(); ++k) {
       const Instruction& in = p[k];
       if (in.op == OpCode::kReduceGrads) {
         if (pending < 0 || reduced) {
-          return at(s, k, in) + ": follows no Backward (one ReduceGrads per backward)";
+          return at(s, k, in) + (every == 1 ? ": follows no Backward (one ReduceGrads per backward)"
+                                            : ": follows no Backward that ends an update (one "
+                                              "ReduceGrads per " +
+                                                  std::to_string(every) + " backwards)");
         }
         reduced = true;
       } else if (in.op == OpCode::kOptimizerStep) {
-        if (pending < 0) return at(s, k, in) + ": follows no Backward (one update per backward)";
+        if (pending < 0) {
+          return at(s, k, in) + (every == 1 ? ": follows no Backward (one update per backward)"
+                                            : ": follows no Backward that ends an update (one "
+                                              "update per " +
+                                                  std::to_string(every) + " backwards)");
+        }
         if (!reduced) return at(s, k, in) + ": needs a ReduceGrads right before it";
         pending = -1;
         reduced = false;
       } else if (in.op == OpCode::kSendGrad && in.micro_batch == pending && !reduced) {
         continue;
       } else if (pending >= 0) {
-        return at(s, k, in) + ": async-1f1b needs ReduceGrads and OptimizerStep right after " +
+        return at(s, k, in) + ": " + schedule_name(sc.kind) +
+               " needs ReduceGrads and OptimizerStep right after " +
                ins(OpCode::kBackward, pending);
-      } else if (in.op == OpCode::kBackward) {
+      } else if (in.op == OpCode::kBackward && ++backwards % every == 0) {
         pending = in.micro_batch;
       }
     }
     if (pending >= 0) {
       return stage + "the program ends without the OptimizerStep after " +
              ins(OpCode::kBackward, pending);
+    }
+    if (backwards % every != 0) {
+      return stage + "the program ends with the gradients of " + std::to_string(backwards % every) +
+             " backward(s) never applied (2bw updates after every " + std::to_string(every) + ")";
     }
   }
   return "";

@@ -23,7 +23,8 @@
 //   P parameters + P gradients + slots x P optimizer state
 //   + P (16-bit working weights and gradients: bf16/fp16)
 //   + k x P weight copies when k > 1 micro-batches are in flight (async-1f1b: k - 1 stashed
-//     versions and the current weights set aside during a backward on a stashed version)
+//     versions and the current weights set aside during a backward on a stashed version;
+//     2bw: 2 x P on every stage, its one stashed version and the weights set aside)
 //   + (D + 1) x P delayed gradients (--dp-delay D > 0: the ring of parallel/grouped_dp.h)
 // Transient (per instruction, on top of what stays): a forward reaches, at some layer l, the
 // tapes of the layers before l, l's input and output and its kernels' temporaries; a backward,
@@ -50,7 +51,7 @@ struct StageStatic {
   double grads = 0.0;
   double optimizer = 0.0;
   double working = 0.0;  // 16-bit copies (mixed precision)
-  double stash = 0.0;    // weight versions (async-1f1b)
+  double stash = 0.0;    // weight versions (async-1f1b, 2bw)
   double delayed = 0.0;  // --dp-delay gradient ring
   double total() const { return params + grads + optimizer + working + stash + delayed; }
 };
@@ -60,7 +61,7 @@ struct StaticOptions {
   bool mixed_precision = false;
   // Weight copies of async-1f1b's stashing: on a stage with k > 1 micro-batches in flight, k - 1
   // stashed versions plus the copy of the current weights the executor sets aside while a
-  // backward runs on a stashed version: k (0 for k = 1, which never stashes).
+  // backward runs on a stashed version: k (0 for k = 1, which never stashes); 2bw's: 2.
   int64_t stashed_versions = 0;
   int dp_delay = 0;
   bool data_parallel = false;  // G > 1 (the delay ring exists only then)

@@ -285,9 +285,9 @@ void Engine::setup() {
                          << " schedule: " << check.error;
   for (int s = 0; s < S; ++s) {
     StaticOptions o = so;
-    if (!is_synchronous(c.schedule) && check.max_in_flight[s] > 1) {
-      o.stashed_versions = check.max_in_flight[s];
-    }
+    // Stashed versions and the latest set aside while an instruction runs on one of them.
+    const int64_t stashed = stashed_weight_versions(c.schedule, S, s, M);
+    if (stashed > 0) o.stashed_versions = stashed + 1;
     statics.push_back(stage_static(costs.layers, c.partition[s], o));
     std::vector<int> members;
     for (int g = 0; g < G; ++g) members.push_back(g * S + s);
@@ -329,7 +329,7 @@ void Engine::setup() {
     swap_out_done.assign(messages, kUnset);
     swap_in_done.assign(messages, kUnset);
   }
-  const int64_t updates = is_synchronous(c.schedule) ? steps : M;
+  const int64_t updates = is_synchronous(c.schedule) ? steps : updates_per_step(c.schedule, M);
   dp.assign(S, std::vector<std::vector<Collective>>(updates));
   for (int s = 0; s < S; ++s) {
     for (auto& u : dp[s]) u.assign(buckets[s].size(), Collective{});

@@ -88,7 +88,7 @@ struct SimConfig {
   // on the CPU, where the data loader's batches come from an allocator of their own.
   bool input_on_device = true;
   // Steps to simulate; 0: 1, or D + 2 with --dp-delay D (the last one is reported, so that
-  // all-reduces carried over from earlier steps are in it). async-1f1b: one run of M.
+  // all-reduces carried over from earlier steps are in it). async-1f1b, 2bw: one run of M.
   int steps = 0;
   bool dedupe_groups = true;
   bool record_timeline = false;
@@ -126,7 +126,7 @@ struct StageResult {
 };
 
 struct SimResult {
-  double step_time_s = 0.0;  // the reported step (async-1f1b: the run of M micro-batches)
+  double step_time_s = 0.0;  // the reported step (async-1f1b, 2bw: the run of M micro-batches)
   double makespan_s = 0.0;   // every simulated step
   double bubble = 0.0;       // mean idle fraction of the ranks in the reported step
   std::vector<StageResult> stages;

@@ -40,11 +40,12 @@ int64_t dependent_copies(const StageSetting& s) {
 ReceiveBuffers receive_buffers(const StageSetting& s) {
   ReceiveBuffers most;
   if (s.stages == 1) return most;
-  // An asynchronous program runs over the whole training: enough micro-batches for its steady
-  // state.
-  const int64_t micro_batches = s.schedule == ScheduleKind::kAsync1F1B
-                                    ? std::max<int64_t>(s.micro_batches, 4 * s.stages)
-                                    : s.micro_batches;
+  // An asynchronous program (async-1f1b, 2bw) runs over the whole training: enough micro-batches
+  // for its steady state, whole steps of M.
+  const int64_t micro_batches =
+      is_synchronous(s.schedule)
+          ? s.micro_batches
+          : s.micro_batches * ((4 * s.stages + s.micro_batches - 1) / s.micro_batches);
   const Program program = make_schedule(s.schedule, s.stages, micro_batches).programs[s.stage];
   // Where each micro-batch's received tensors are used.
   std::map<int64_t, size_t> forward_at, backward_at;
@@ -80,14 +81,19 @@ StageMemoryEstimate estimate_stage_memory(const std::vector<LayerMemoryCost>& la
   auto policy = [&](size_t j) { return plan.at(first + j); };
   auto keeps = [&](size_t j) { return policy(j) == MemoryPolicy::kKeep; };
   // Constant: parameters, gradients, optimizer state; mixed precision's 16-bit working copies of
-  // parameters and gradients; async-1f1b's stashed versions of the stage's parameters.
+  // parameters and gradients; async-1f1b's and 2bw's stashed versions of the stage's parameters.
   double params = 0.0;
   for (const LayerMemoryCost& l : layers) params += l.param_bytes;
   e.constant_bytes = params * (2.0 + setting.optimizer_slots) + (setting.mixed ? params : 0.0);
-  if (setting.schedule == ScheduleKind::kAsync1F1B) {
-    e.constant_bytes += params * static_cast<double>(std::max<int64_t>(0, e.copies - 1));
-    // The runtime's backward on a stashed version also keeps a copy of the current weights.
-    if (e.copies > 1 && !setting.paper_model) e.constant_bytes += params;
+  const int64_t stashed = stashed_weight_versions(setting.schedule, setting.stages, setting.stage,
+                                                  setting.micro_batches);
+  if (stashed > 0 && setting.weight_cache) {
+    e.constant_bytes += params;  // the one cached version
+  } else {
+    e.constant_bytes += params * static_cast<double>(stashed);
+    // The runtime's forward or backward on a stashed version also keeps a copy of the current
+    // weights.
+    if (stashed > 0 && !setting.paper_model) e.constant_bytes += params;
   }
   // Dependent, per micro-batch; held[j] is what layers 0..j of the stage hold of it.
   std::vector<double> held(n, 0.0);

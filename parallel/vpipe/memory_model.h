@@ -77,6 +77,9 @@ struct StageSetting {
   double bandwidth = 10e9;    // P, bytes per second between device and host
   int prefetch_layers = 2;    // swapped layers on their way back at once
   int lookahead = 4;          // instructions ahead whose receives are posted (the executor's)
+  // --weight-cache on: the stashed versions live on the host; the device holds one of them (the
+  // cache) instead of all of them and the latest set aside.
+  bool weight_cache = false;
   // Eq. (1) exactly as the paper writes it: recomputed layers leave no checkpoint, and there is
   // no boundary or transient term (for tests of Algorithm 2 against the paper's model).
   bool paper_model = false;

@@ -51,7 +51,7 @@ TEST(Schedule, NamesParseAndPrint) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown schedule 'zero-bubble' (valid: gpipe, 1f1b, "
-                                         "async-1f1b)"),
+                                         "async-1f1b, 2bw)"),
               std::string::npos)
         << e.what();
   }
