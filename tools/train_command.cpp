@@ -177,6 +177,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
        {"inject", o.inject.empty() ? "none" : o.inject},
        {"memory", s.memory_line},
        {"migrations", p.migrations.empty() ? "none" : describe_migrations(s, o)},
+       {"repartition", describe_repartition(o)},
        {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
        {"steps", std::to_string(s.total_steps)},
        {"batch size", std::to_string(o.batch_size)},
@@ -242,7 +243,11 @@ void print_stages(const parallel::TrainSummary& summary, const Setup& setup,
                     {"swap_pool_peak_bytes", r.swap_pool_peak_bytes},
                     {"recompute_s", r.recompute_seconds},
                     {"swap_wait_s", r.swap_wait_seconds},
-                    {"max_micro_batches", r.max_micro_batches}});
+                    {"max_micro_batches", r.max_micro_batches},
+                    {"injected_s", r.injected_seconds},
+                    {"injected_slow_s", r.slow_seconds},
+                    {"injected_grow_s", r.grow_seconds},
+                    {"injected_load_s", r.load_seconds}});
   }
   if (setup.pipeline.stages * setup.pipeline.groups == 1 && !planned) return;
   std::printf("\n%-5s %-5s %-5s %-26s %8s %8s %6s %10s %10s %9s %6s\n", "rank", "group", "stage",
@@ -367,8 +372,10 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
                       {"staleness_waits", y.staleness_waits}});
     }
   }
-  if (summary.injected_seconds > 0) {
-    std::printf("--inject: rank 0 slept %.3f s\n", summary.injected_seconds);
+  for (const parallel::StageReport& r : summary.stages) {  // --inject, per rank that it slowed
+    if (r.injected_seconds <= 0 && r.load_seconds <= 0) continue;
+    std::printf("--inject: rank %d slept %.3f s (slow %.3f, grow %.3f), load threads ran %.3f s\n",
+                r.rank, r.injected_seconds, r.slow_seconds, r.grow_seconds, r.load_seconds);
   }
   const int64_t skipped_train = setup.train->skipped_samples();
   const int64_t skipped_test = setup.test->skipped_samples();
@@ -493,6 +500,10 @@ Setup make_setup(const TrainOptions& o, int world_size) {
       << "their weights is not supported (use --sync allreduce)";
   p.update_sync = parallel::sdpipe::make_update_sync_factory(sync);
   p.inject = parallel::parse_inject(o.inject);
+  for (const parallel::InjectSpec& spec : p.inject) {
+    if (spec.kind == "grow") parallel::inject_layer_range(spec, s.layer_names);
+  }
+  p.repartition = {o.repartition, o.repartition_every, o.repartition_threshold};
   STRATA_CHECK(o.dp_delay == 0 || p.groups > 1)
       << "--dp-delay " << o.dp_delay << " delays the all-reduce across data-parallel groups, "
       << "but there is one group (use --groups > 1)";

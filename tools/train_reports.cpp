@@ -74,6 +74,10 @@ void TrainReports::on_migration(const parallel::MigrationRecord& r) {
   if (console_ != nullptr) console_->on_migration(r);
 }
 
+void TrainReports::on_repartition(const parallel::RepartitionRecord& r) {
+  if (console_ != nullptr) console_->on_repartition(r);
+}
+
 void TrainReports::on_eval(const parallel::EvalRecord& r) {
   if (console_ != nullptr) console_->on_eval(r);
   if (tensorboard_ == nullptr) return;
