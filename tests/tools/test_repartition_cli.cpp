@@ -107,6 +107,34 @@ TEST(RepartitionCli, MovesLayersOffASlowedStageAndChangesNoNumber) {
   }
 }
 
+// A checkpoint written after the loop moved layers resumes (into the start partition, without
+// the loop) and ends with the uninterrupted run's losses and weights.
+TEST(RepartitionCli, CheckpointAfterAMoveResumesExactly) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    GTEST_SKIP() << "no Fashion-MNIST";
+  }
+  const std::string dir = strata::testing::fresh_temp_dir("strata_repartition_cli_ckpt");
+  const std::string args =
+      "--model cnn --size tiny --dataset fashion-mnist --train-samples 256 --test-samples 32 "
+      "--steps 10 --batch-size 16 --micro-batches 2 --stages 2 --local --threads 1 "
+      "--partition conv1-conv2,bn2-fc2 --seed 3 --checkpoint-dir " +
+      dir + "/ckpt";
+  const TrainRun whole = train_run(dir, "whole",
+                                   args +
+                                       " --save-every 8 --inject \"rank=1,kind=slow,factor=20\" "
+                                       "--repartition vpipe --repartition-every 4");
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  ASSERT_FALSE(whole.of("migration").empty()) << whole.output;
+  EXPECT_LE(whole.of("migration")[0]["step"].get<int>(), 8);
+  const TrainRun resumed =
+      train_run(dir, "resumed", args + " --resume " + dir + "/ckpt/step-000008");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  ASSERT_EQ(resumed.losses.size(), 2u);
+  EXPECT_EQ(resumed.losses[0], whole.losses[8]);
+  EXPECT_EQ(resumed.losses[1], whole.losses[9]);
+  EXPECT_TRUE(resumed.weights == whole.weights) << "the final weights differ";
+}
+
 TEST(RepartitionCli, RefusesBadFlagsBeforeTraining) {
   const std::string base = std::string("train ") + kGpt2 + " --progress off ";
   for (const auto& [flags, words] : std::vector<std::pair<std::string, std::vector<std::string>>>{

@@ -61,11 +61,15 @@ def throughput(records, first_step, batch):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("strata")
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--from-step", type=int, default=10, help="the slowdown starts here")
-    ap.add_argument("--settle", type=int, default=20,
+    ap.add_argument("--settle", type=int, default=30,
                     help="steps after the slowdown's start left out of the throughput")
-    ap.add_argument("--every", type=int, default=8, help="--repartition-every")
+    ap.add_argument("--every", type=int, default=10, help="--repartition-every")
+    ap.add_argument("--partition", default="conv1-pool1,conv2-fc2",
+                    help="the start (balanced as measured here without a slowdown)")
+    ap.add_argument("--grow-layers", default="bn2-fc2")
+    ap.add_argument("--grow-factor", type=float, default=8.0)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--factor", type=float, default=3.0)
@@ -76,21 +80,23 @@ def main():
     base = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
             "60000", "--test-samples", "64", "--stages", "2", "--local", "--threads", "1",
             "--batch-size", str(a.batch_size), "--micro-batches", str(a.micro_batches),
-            "--steps", str(a.steps), "--partition", "conv1-bn2,relu2-fc2", "--seed", "1"]
+            "--steps", str(a.steps), "--partition", a.partition, "--seed", "1"]
     f = a.from_step
     workloads = [
+        ("none (no slowdown)", ""),
         ("slow (rank 1, factor %g)" % a.factor, "rank=1,from=%d,kind=slow,factor=%g" % (f, a.factor)),
         ("load (rank 1, %d threads)" % a.threads,
          "rank=1,from=%d,kind=load,threads=%d" % (f, a.threads)),
-        ("grow (conv2-bn2 on stage 0, factor %g)" % a.factor,
-         "from=%d,kind=grow,layers=conv2-bn2,factor=%g" % (f, a.factor)),
+        ("grow (%s, factor %g)" % (a.grow_layers, a.grow_factor),
+         "from=%d,kind=grow,layers=%s,factor=%g" % (f, a.grow_layers, a.grow_factor)),
     ]
     tmp = tempfile.mkdtemp(prefix="vpipe_recovery_")
     print("load average at start: %s" % open("/proc/loadavg").read().split()[:3])
-    print("model cnn tiny (Fashion-MNIST), 2 local stages, start partition conv1-bn2,relu2-fc2, "
+    print("model cnn tiny (Fashion-MNIST), 2 local stages, start partition %s, "
           "1f1b, batch %d in %d micro-batches, %d steps; slowdown from step %d; throughput over "
           "steps %d..%d; --repartition-every %d; medians of %d interleaved runs\n"
-          % (a.batch_size, a.micro_batches, a.steps, f, f + a.settle, a.steps, a.every, a.repeats))
+          % (a.partition, a.batch_size, a.micro_batches, a.steps, f, f + a.settle, a.steps, a.every,
+             a.repeats))
     rows = []
     for name, spec in workloads:
         res = {"static": [], "vpipe": []}
@@ -98,7 +104,7 @@ def main():
         decisions = 0
         for rep in range(a.repeats):
             for system in ("static", "vpipe"):
-                extra = ["--schedule", "1f1b", "--inject", spec]
+                extra = ["--schedule", "1f1b"] + (["--inject", spec] if spec else [])
                 if system == "vpipe":
                     extra += ["--repartition", "vpipe", "--repartition-every", str(a.every)]
                 recs = run(a.strata, base + extra, os.path.join(tmp, "%s_%d.jsonl" % (system, rep)))
@@ -106,7 +112,7 @@ def main():
                 if system == "vpipe":
                     moves = [r for r in recs if r["type"] == "migration"]
                     decisions = max(decisions, len(moves))
-                    final = moves[-1]["partition"] if moves else "conv1-bn2,relu2-fc2 (no move)"
+                    final = moves[-1]["partition"] if moves else a.partition + " (no move)"
         s, v = statistics.median(res["static"]), statistics.median(res["vpipe"])
         rows.append((name, s, v, v / s, decisions, final))
     print("| workload | static samples/s | --repartition vpipe samples/s | speedup | moves | "
@@ -115,10 +121,11 @@ def main():
     for name, s, v, x, d, p in rows:
         print("| %s | %.1f | %.1f | %.2fx | %d | %s |" % (name, s, v, x, d, p))
     if a.timeline:
-        print("\nper-step seconds around a migration before step %d (moves conv2-bn2 to stage 1; "
-              "medians of %d runs)" % (a.steps // 2, a.repeats))
         k = a.steps // 2
-        move = ["--migrate-at", "%d:conv1-pool1,conv2-fc2" % k]
+        print("\nper-step seconds around a migration after %d steps (conv2 moves to stage 0: "
+              "--migrate-at %d:conv1-conv2,bn2-fc2; no slowdown; medians of %d runs)"
+              % (k, k, a.repeats))
+        move = ["--migrate-at", "%d:conv1-conv2,bn2-fc2" % k]
         cases = [("1f1b, move (live)", ["--schedule", "1f1b"] + move),
                  ("async-1f1b, no move", ["--schedule", "async-1f1b"]),
                  ("async-1f1b, move (restart)",
