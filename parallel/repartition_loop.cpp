@@ -1,6 +1,8 @@
 #include "parallel/repartition_loop.h"
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "engine/check.h"
 #include "engine/log.h"
@@ -112,6 +114,7 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
                           " steps since the last migration is too short";
     } else {
       r.decision = policy_->propose(in);
+      check_measured(in, current, &r);
     }
     r.proposed = partition_string(r.decision.partition, names_);
     if (r.decision.apply) r.apply_step = step + 2;
@@ -133,6 +136,36 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
     }
   }
   return std::nullopt;
+}
+
+void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition& current,
+                                     RepartitionRecord* r) {
+  double measured = 0.0;
+  for (double b : in.stage_busy_seconds) measured = std::max(measured, b);
+  RepartitionDecision& d = r->decision;
+  const std::string now = r->current;
+  if (last_move_ && now == last_move_->to && measured > last_move_->measured) {
+    // The policy's last move made the slowest stage slower, as measured: back, and never again.
+    rejected_.insert(now);
+    std::ostringstream why;
+    why << "measured slowest stage " << 1000 * measured << " ms/step after the move from "
+        << partition_string(last_move_->from, names_) << ", " << 1000 * last_move_->measured
+        << " before it: moving back";
+    d.apply = true;
+    d.partition = last_move_->from;
+    d.reason = why.str();
+    last_move_.reset();
+    return;
+  }
+  last_move_.reset();
+  if (!d.apply) return;
+  const std::string proposed = partition_string(d.partition, names_);
+  if (rejected_.count(proposed) > 0) {
+    d.apply = false;
+    d.reason += "; but " + proposed + " was tried and measured slower: kept";
+    return;
+  }
+  last_move_ = Move{current, proposed, measured};
 }
 
 std::optional<RepartitionRecord> RepartitionLoop::exchange(

@@ -13,13 +13,16 @@
 // rebuilt). Timeline for a decision after step d (counted from 1): statistics of steps
 // (d - every, d]; the plan reaches every rank with step d + 1; the move goes before step d + 2.
 // No decision is made on a window that a migration cut short (vPIPE: no planning while
-// migrating): the window starts again after each move.
+// migrating): the window starts again after each move. A move whose layout measures slower (the
+// slowest stage's busy time per step) than the one it left is undone at the next decision, and
+// that partition is not applied again.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,6 +86,18 @@ class RepartitionLoop {
 
  private:
   bool decides_after(int64_t step) const;
+  // Only moves that measure better stay (vPIPE applies only improving plans; the prediction can
+  // be wrong: a layer's time depends on the rank that runs it): when the slowest stage's measured
+  // busy time after the policy's last move is above the one before it, the layers move back and
+  // that partition is never proposed again.
+  void check_measured(const RepartitionInput& in, const Partition& current, RepartitionRecord* r);
+  struct Move {
+    Partition from;
+    std::string to;
+    double measured = 0.0;  // the slowest stage's busy seconds per step before the move
+  };
+  std::optional<Move> last_move_;   // rank 0
+  std::set<std::string> rejected_;  // rank 0: partitions that measured slower
 
   RepartitionConfig config_;
   std::unique_ptr<RepartitionPolicy> policy_;

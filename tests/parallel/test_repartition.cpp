@@ -144,6 +144,47 @@ TEST(RepartitionLoop, EveryRankLearnsRankZerosDecisionAndMovesTogether) {
   }
 }
 
+// Rank 0's decisions from hand-made sums (4 layers, 2 stages, windows of 3 steps): a move that
+// measures slower is undone at the next decision, and never applied again.
+TEST(RepartitionLoop, AMoveThatMeasuresSlowerIsUndoneAndNotTriedAgain) {
+  RepartitionConfig config;
+  config.policy = "vpipe";
+  config.every = 4;
+  RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
+  const RepartitionLoop::Ranges start{{0, 2}, {2, 4}}, moved{{0, 3}, {3, 4}};
+  // Per-layer seconds and per-stage busy seconds of a 3-step window, then its length.
+  auto sums = [](std::vector<double> layers, std::vector<double> busy) {
+    std::vector<double> v;
+    for (double x : layers) v.push_back(3 * x);
+    for (double x : busy) v.push_back(3 * x);
+    v.push_back(3);
+    return v;
+  };
+  auto first = loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
+  ASSERT_TRUE(first && first->decision.apply) << (first ? first->decision.reason : "");
+  EXPECT_EQ(first->proposed, "a-c,d");
+  EXPECT_FALSE(loop.absorb(4, {1, 3}, start));
+  ASSERT_TRUE(loop.due(5));
+  loop.migrated();
+  // Measured slower after the move (7 > 6): back to the start.
+  auto back = loop.absorb(7, sums({1, 1, 3, 3}, {7, 3}), moved);
+  ASSERT_TRUE(back && back->decision.apply);
+  EXPECT_EQ(back->proposed, "a-b,c-d");
+  EXPECT_NE(back->decision.reason.find("moving back"), std::string::npos) << back->decision.reason;
+  EXPECT_FALSE(loop.absorb(8, {1, 2}, moved));
+  ASSERT_TRUE(loop.due(9));
+  EXPECT_EQ(*loop.due(9), start);
+  loop.migrated();
+  // The policy proposes the same move again: kept.
+  auto again = loop.absorb(11, sums({1, 1, 3, 3}, {2, 6}), start);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->decision.apply);
+  EXPECT_NE(again->decision.reason.find("measured slower"), std::string::npos)
+      << again->decision.reason;
+  EXPECT_FALSE(loop.absorb(12, {0, 0}, start));
+  EXPECT_FALSE(loop.due(13));
+}
+
 TEST(RepartitionLoop, OffDoesNothingAndUnsupportedRunsAreRefused) {
   RepartitionLoop loop(RepartitionConfig{}, {"a", "b"}, 0, 0, 2, 1, 10);
   EXPECT_FALSE(loop.active());
