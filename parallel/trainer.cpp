@@ -215,6 +215,9 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
   STRATA_CHECK(pipeline_.migrations.empty() || pipeline.grad_sync.delay == 0)
       << "--migrate-at with --dp-delay " << pipeline.grad_sync.delay
       << ": the delayed gradients are laid out by the stage's layers; migrate without delay";
+  RepartitionLoop::check(pipeline_.repartition, is_synchronous(pipeline.schedule),
+                         pipeline.migration == MigrationMode::kRestart,
+                         pipeline_.memory_plan.uses(MemoryPolicy::kSwap, 0, model_->size()));
   STRATA_CHECK(pipeline_.migrations.empty() || is_synchronous(pipeline.schedule) ||
                pipeline.migration == MigrationMode::kRestart)
       << "--migrate-at with " << schedule_name(pipeline.schedule)
@@ -309,7 +312,9 @@ void Trainer::make_communicators() {
   pipe_ = world_->split(group_, stage_);
   dp_ = world_->split(stage_, group_);
   eval_pipe_ = pipe_->split(0, stage_);
-  if (!pipeline_.migrations.empty()) migrate_ = pipe_->split(0, stage_);
+  if (!pipeline_.migrations.empty() || pipeline_.repartition.policy != "off") {
+    migrate_ = pipe_->split(0, stage_);
+  }
   make_tied_communicator();
   // A stream-ordered backend (nccl) runs a communicator's transfers one after another: the
   // executors need a communicator per direction between neighbouring stages.
@@ -408,6 +413,10 @@ TrainSummary Trainer::run() {
          config_.seed, [&, first = start_step_](int64_t u) { return meets_after(first + u); }});
   }
   Injector injector(pipeline_.inject, rank_, world_ != nullptr ? world_->size() : 1, config_.seed);
+  std::vector<std::string> layer_names;
+  for (size_t i = 0; i < model_->size(); ++i) layer_names.push_back(model_->layer(i).name());
+  injector.set_layer_names(layer_names);
+  RepartitionLoop repartition(pipeline_.repartition, layer_names, rank_, stage_, S, G, total);
   ExecutorConfig ec;
   ec.kind = pipeline_.schedule;
   ec.seed = config_.seed;
@@ -509,8 +518,12 @@ TrainSummary Trainer::run() {
     const auto step_start = Clock::now();
     // --migrate-at: the layers change stage before this step (a synchronous pipeline is empty
     // here; an asynchronous one drained at the end of the last segment).
+    std::vector<Migration> moves;
     for (const Migration& m : pipeline_.migrations) {
-      if (m.step != step) continue;
+      if (m.step == step) moves.push_back(m);
+    }
+    if (const auto p = repartition.due(step)) moves.push_back({step, *p});  // --repartition
+    for (const Migration& m : moves) {
       if (trace != nullptr) trace->record_span("migration", step_start, step_start);
       const int64_t steps_done = executor->optimizer_steps();
       executor->finish();
@@ -518,6 +531,7 @@ TrainSummary Trainer::run() {
       executor.reset();  // it holds the store that is about to be replaced
       const MigrationRecord record = relayout(m, trace.get());
       make_executor(steps_done);
+      repartition.migrated();
       if (rank_ == 0 && observer_ != nullptr) observer_->on_migration(record);
     }
     Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
@@ -558,7 +572,11 @@ TrainSummary Trainer::run() {
         unagreed_steps = 0;
       }
     } else {
-      world_sum(world_, &m, "step metrics");
+      // --repartition: the window's statistics, or the decision, ride on the same sum.
+      const auto decided = repartition.exchange(
+          step, executor->memory_stats(), stats.busy_seconds, pipeline_.partition, &m,
+          [&](std::vector<double>* v) { world_sum(world_, v, "step metrics"); });
+      if (decided && observer_ != nullptr && rank_ == 0) observer_->on_repartition(*decided);
     }
     stats.grad_norm = std::sqrt(std::max(m[3], 0.0));
     // The step ends for every rank when the last one is done (the sum above waited for it).
@@ -729,6 +747,7 @@ TrainSummary Trainer::run() {
     replica_sync->finish();  // a run stopped early
     if (rank_ == 0) summary.sync = replica_sync->stats();
   }
+  injector.stop_load();
   summary.injected_seconds = injector.stats().seconds;
   executor->finish();
 
@@ -741,7 +760,11 @@ TrainSummary Trainer::run() {
                                  swap_pool_ ? static_cast<double>(swap_pool_->stats().peak) : 0.0,
                                  memory.recompute_seconds,
                                  memory.swap_wait_seconds,
-                                 static_cast<double>(memory.max_micro_batches)};
+                                 static_cast<double>(memory.max_micro_batches),
+                                 injector.stats().seconds,
+                                 injector.stats().slow_seconds,
+                                 injector.stats().grow_seconds,
+                                 injector.stats().load_seconds};
   const int n = world_ != nullptr ? world_->size() : 1;
   const size_t fields = mine.size();
   std::vector<double> all(static_cast<size_t>(n) * fields, 0.0);
@@ -759,6 +782,10 @@ TrainSummary Trainer::run() {
     s.recompute_seconds = f[5];
     s.swap_wait_seconds = f[6];
     s.max_micro_batches = f[7];
+    s.injected_seconds = f[8];
+    s.slow_seconds = f[9];
+    s.grow_seconds = f[10];
+    s.load_seconds = f[11];
     idle += s.idle_fraction();
     summary.stages.push_back(s);
   }

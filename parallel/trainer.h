@@ -29,6 +29,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/grouped_dp.h"
 #include "parallel/loss_scale.h"
+#include "parallel/repartition_loop.h"
 #include "parallel/runtime/executor.h"
 #include "parallel/runtime/injector.h"
 #include "parallel/runtime/memory_plan.h"
@@ -134,6 +135,9 @@ struct PipelineConfig {
   UpdateSyncFactory update_sync;
   // --inject: slowdowns around Forward and Backward (parallel/runtime/injector.h).
   std::vector<InjectSpec> inject;
+  // --repartition: vPIPE's repartition loop (parallel/repartition_loop.h); synchronous
+  // schedules, all-reduce synchronization, no --migrate-at.
+  RepartitionConfig repartition;
 };
 
 // Steps that will run with this config over a dataset of `train_size` samples.
@@ -187,6 +191,12 @@ struct StageReport {
   double recompute_seconds = 0.0;
   double swap_wait_seconds = 0.0;
   double max_micro_batches = 0.0;
+  // --inject: the rank's sleeps (every kind), of which kind=slow and kind=grow, and how long
+  // kind=load's threads ran.
+  double injected_seconds = 0.0;
+  double slow_seconds = 0.0;
+  double grow_seconds = 0.0;
+  double load_seconds = 0.0;
 };
 
 // One rank's part of a step (TrainObserver::on_rank_step).
@@ -215,6 +225,7 @@ class TrainObserver {
   virtual void on_log(const StepRecord& record) {}   // every log_every steps and the last
   virtual void on_eval(const EvalRecord& record) {}
   virtual void on_migration(const MigrationRecord& record) {}
+  virtual void on_repartition(const RepartitionRecord& record) {}  // --repartition's decisions
   // On every rank that has an observer (the others above: rank 0 only), after every step, once
   // its update, log record and evaluation are done and before its checkpoint. Every rank calls it
   // at the same steps, so an observer may run collectives on a communicator of its own (made

@@ -63,6 +63,11 @@ std::vector<Program> Trainer::async_programs(int64_t total) const {
   for (const Migration& m : pipeline_.migrations) {
     if (m.step > 0 && m.step < total) cuts.push_back(m.step);
   }
+  // --repartition: wherever a decided move may go (the partition only changes swap prefetches,
+  // refused with the repartition loop).
+  for (int64_t step : RepartitionLoop::move_steps(pipeline_.repartition, S, total)) {
+    cuts.push_back(step);
+  }
   cuts.push_back(total);
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());

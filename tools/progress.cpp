@@ -144,4 +144,29 @@ void ConsoleReporter::on_migration(const parallel::MigrationRecord& r) {
   }
 }
 
+void ConsoleReporter::on_repartition(const parallel::RepartitionRecord& r) {
+  clear_live_line();
+  const parallel::RepartitionDecision& d = r.decision;
+  std::fprintf(out_, "repartition | after step %lld | %s | %s -> %s | %s%s\n",
+               static_cast<long long>(r.step), r.policy.c_str(), r.current.c_str(),
+               r.proposed.c_str(), d.apply ? "apply, " : "keep, ", d.reason.c_str());
+  std::fflush(out_);
+  if (metrics_ != nullptr) {
+    metrics_->write({{"type", "repartition"},
+                     {"step", r.step},
+                     {"policy", r.policy},
+                     {"applied", d.apply},
+                     {"apply_step", r.apply_step},
+                     {"current", r.current},
+                     {"proposed", r.proposed},
+                     {"current_slowest_s", d.current_cost},
+                     {"predicted_slowest_s", d.predicted_cost},
+                     {"measured_slowest_s", d.measured_slowest},
+                     {"predicted_gain", d.gain()},
+                     {"layer_seconds", r.layer_seconds},
+                     {"stage_busy_seconds", r.stage_busy_seconds},
+                     {"reason", d.reason}});
+  }
+}
+
 }  // namespace strata::tools

@@ -23,6 +23,7 @@ class ConsoleReporter final : public parallel::TrainObserver {
   void on_log(const parallel::StepRecord& r) override;
   void on_eval(const parallel::EvalRecord& r) override;
   void on_migration(const parallel::MigrationRecord& r) override;
+  void on_repartition(const parallel::RepartitionRecord& r) override;
 
  private:
   void clear_live_line();

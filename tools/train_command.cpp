@@ -178,6 +178,7 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
        {"inject", o.inject.empty() ? "none" : o.inject},
        {"memory", s.memory_line},
        {"migrations", p.migrations.empty() ? "none" : describe_migrations(s, o)},
+       {"repartition", describe_repartition(o)},
        {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
        {"steps", std::to_string(s.total_steps)},
        {"batch size", std::to_string(o.batch_size)},
@@ -340,8 +341,10 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
                       {"staleness_waits", y.staleness_waits}});
     }
   }
-  if (summary.injected_seconds > 0) {
-    std::printf("--inject: rank 0 slept %.3f s\n", summary.injected_seconds);
+  for (const parallel::StageReport& r : summary.stages) {  // --inject, per rank that it slowed
+    if (r.injected_seconds <= 0 && r.load_seconds <= 0) continue;
+    std::printf("--inject: rank %d slept %.3f s (slow %.3f, grow %.3f), load threads ran %.3f s\n",
+                r.rank, r.injected_seconds, r.slow_seconds, r.grow_seconds, r.load_seconds);
   }
   const int64_t skipped_train = setup.train->skipped_samples();
   const int64_t skipped_test = setup.test->skipped_samples();
@@ -467,6 +470,10 @@ Setup make_setup(const TrainOptions& o, int world_size) {
       << "their weights is not supported (use --sync allreduce)";
   p.update_sync = parallel::sdpipe::make_update_sync_factory(sync);
   p.inject = parallel::parse_inject(o.inject);
+  for (const parallel::InjectSpec& spec : p.inject) {
+    if (spec.kind == "grow") parallel::inject_layer_range(spec, s.layer_names);
+  }
+  p.repartition = {o.repartition, o.repartition_every, o.repartition_threshold};
   STRATA_CHECK(o.dp_delay == 0 || p.groups > 1)
       << "--dp-delay " << o.dp_delay << " delays the all-reduce across data-parallel groups, "
       << "but there is one group (use --groups > 1)";

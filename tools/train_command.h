@@ -82,6 +82,9 @@ struct TrainOptions {
   std::string weight_cache = "off";     // --weight-cache off|on
   std::vector<std::string> migrate_at;  // "STEP:PARTITION" re-layouts (vPIPE part 2)
   std::string migration = "live";       // live | restart
+  std::string repartition = "off";      // off | vpipe (parallel/repartition_loop.h)
+  int64_t repartition_every = 20;
+  double repartition_threshold = 0.05;
   // Gradient all-reduce across the groups (parallel/grouped_dp.h).
   std::string dp_overlap = "on";
   double dp_bucket_mb = 25.0;
@@ -121,6 +124,8 @@ void apply_system(TrainOptions* options, const std::function<bool(const std::str
 // The configuration's line for --system: "custom (no preset)" or "gropipe: --schedule gpipe ...
 // (overridden: --dp-delay 1)".
 std::string describe_system(const TrainOptions& options);
+// --repartition as the configuration prints it: "off" or "vpipe, every 20 steps, threshold 0.05".
+std::string describe_repartition(const TrainOptions& options);
 // Every flag's own range and name (--lr >= 0, a known --optimizer, ...), before anything is
 // read: an error names the flag and the value given.
 void check_train_flags(const TrainOptions& options);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "engine/allocator.h"
 #include "engine/check.h"
@@ -189,6 +190,19 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "(drain the pipeline, move, start again); synchronous schedules move at a step "
                   "boundary, where both are the same")
       ->check(CLI::IsMember({"live", "restart"}));
+  cmd->add_option("--repartition", o.repartition,
+                  "Move layers between stages while training, by policy: off, or vpipe (vPIPE's "
+                  "loop: every --repartition-every steps the measured per-layer forward and "
+                  "backward times go to Algorithm 3, and its partition is applied when its "
+                  "predicted slowest stage is faster by more than --repartition-threshold; "
+                  "async-1f1b needs --migration restart)")
+      ->check(CLI::IsMember({"off", "vpipe"}));
+  cmd->add_option("--repartition-every", o.repartition_every,
+                  "--repartition: steps of statistics per decision (>= 2); a decided move goes "
+                  "two steps later");
+  cmd->add_option("--repartition-threshold", o.repartition_threshold,
+                  "--repartition: the least predicted gain of the slowest stage applied, as a "
+                  "fraction in [0, 1)");
   cmd->add_option("--dp-overlap", o.dp_overlap,
                   "Gradient all-reduce across groups: on (per bucket, launched as soon as its "
                   "layers' last backward is done, overlapping the rest of backward) or off (after "
@@ -234,8 +248,12 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "\"kind=straggler,p=0.1,delay=0.3\" (each rank sleeps 0.3 s with probability "
                   "0.1 before each forward and backward, seeded; op=iteration: once per step, "
                   "op=forward|backward: only those) or \"kind=trace,file=F\" (replay "
-                  "per-rank speed over time: lines 'rank seconds fraction'); keys rank=, from=, "
-                  "to= (steps from 1) limit where it applies");
+                  "per-rank speed over time: lines 'rank seconds fraction'), "
+                  "\"kind=load,threads=2\" (threads spinning beside the rank), "
+                  "\"kind=slow,factor=2\" (each layer's forward and backward take twice as "
+                  "long: a sleep) or \"kind=grow,layers=h.0-h.3,factor=2\" (those layers' "
+                  "compute grows, wherever they are); keys rank=, from=, to= (steps from 1) "
+                  "limit where it applies");
   cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
   cmd->add_option("--comm", o.comm,
                   "What carries tensors between MPI processes: nccl (CUDA tensors over NCCL, host "
@@ -338,6 +356,14 @@ std::string describe_system(const TrainOptions& o) {
   return text;
 }
 
+std::string describe_repartition(const TrainOptions& o) {
+  if (o.repartition == "off") return "off";
+  std::ostringstream out;
+  out << o.repartition << ", every " << o.repartition_every << " steps, threshold "
+      << o.repartition_threshold;
+  return out.str();
+}
+
 void check_train_flags(const TrainOptions& o) {
   // Names first: a model, size, dataset or kind that does not exist.
   if (o.model_spec.empty()) {
@@ -415,6 +441,28 @@ void check_train_flags(const TrainOptions& o) {
   parallel::sdpipe::SyncConfig window;
   parallel::sdpipe::parse_sync_window(o.sync_window, &window);
   parallel::parse_inject(o.inject);
+  if (o.repartition != "off") {
+    STRATA_CHECK(o.repartition_every >= 2)
+        << "--repartition-every must be >= 2 steps, got " << o.repartition_every;
+    STRATA_CHECK(std::isfinite(o.repartition_threshold) && o.repartition_threshold >= 0 &&
+                 o.repartition_threshold < 1)
+        << "--repartition-threshold must be in [0, 1), got " << o.repartition_threshold;
+    STRATA_CHECK(o.stages > 1) << "--repartition " << o.repartition
+                               << " moves layers between stages: it needs --stages > 1";
+    STRATA_CHECK(o.schedule != "async-1f1b" || o.migration == "restart")
+        << "--repartition " << o.repartition << " with async-1f1b needs --migration restart "
+        << "(the live protocol of the asynchronous schedule is not built): the pipeline drains "
+        << "every --repartition-every steps, where a move may go";
+    STRATA_CHECK(o.sync == "allreduce")
+        << "--repartition " << o.repartition << " with --sync " << o.sync
+        << ": moving layers while the replicas average their weights is not supported";
+    STRATA_CHECK(o.migrate_at.empty())
+        << "--repartition " << o.repartition << " decides the moves itself: drop --migrate-at "
+        << "(or use --repartition off)";
+    STRATA_CHECK(o.dp_delay == 0)
+        << "--repartition " << o.repartition << " with --dp-delay " << o.dp_delay
+        << ": the delayed gradients are laid out by the stage's layers; repartition without delay";
+  }
   STRATA_CHECK(o.dp_bucket_mb >= 0) << "--dp-bucket-mb must be >= 0, got " << o.dp_bucket_mb;
   STRATA_CHECK(o.bandwidth_gbps > 0) << "--bandwidth must be > 0, got " << o.bandwidth_gbps;
   STRATA_CHECK(std::isfinite(o.ampa_threshold) && o.ampa_threshold >= 0)

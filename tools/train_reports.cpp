@@ -74,6 +74,10 @@ void TrainReports::on_migration(const parallel::MigrationRecord& r) {
   if (console_ != nullptr) console_->on_migration(r);
 }
 
+void TrainReports::on_repartition(const parallel::RepartitionRecord& r) {
+  if (console_ != nullptr) console_->on_repartition(r);
+}
+
 void TrainReports::on_eval(const parallel::EvalRecord& r) {
   if (console_ != nullptr) console_->on_eval(r);
   if (tensorboard_ == nullptr) return;
@@ -210,7 +214,11 @@ void print_stages(const parallel::TrainSummary& summary,
                     {"swap_pool_peak_bytes", r.swap_pool_peak_bytes},
                     {"recompute_s", r.recompute_seconds},
                     {"swap_wait_s", r.swap_wait_seconds},
-                    {"max_micro_batches", r.max_micro_batches}});
+                    {"max_micro_batches", r.max_micro_batches},
+                    {"injected_s", r.injected_seconds},
+                    {"injected_slow_s", r.slow_seconds},
+                    {"injected_grow_s", r.grow_seconds},
+                    {"injected_load_s", r.load_seconds}});
   }
   if (pipeline.stages * pipeline.groups == 1 && !planned) return;
   std::printf("\n%-5s %-5s %-5s %-26s %8s %8s %6s %10s %10s %9s %6s\n", "rank", "group", "stage",

@@ -60,6 +60,7 @@ class TrainReports final : public parallel::TrainObserver {
   void on_log(const parallel::StepRecord& r) override;
   void on_eval(const parallel::EvalRecord& r) override;
   void on_migration(const parallel::MigrationRecord& r) override;
+  void on_repartition(const parallel::RepartitionRecord& r) override;
   void on_rank_step(const parallel::RankStepRecord& r) override;
 
  private:

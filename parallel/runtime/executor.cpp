@@ -80,6 +80,13 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
   }
   memory_.set_prefetch_layers(config.prefetch_layers);
   memory_.set_drain_before_swap_in(config.kind == ScheduleKind::kGPipe);
+  if (config.injector != nullptr && config.injector->per_layer()) {  // --inject slow, grow
+    Injector* injector = config.injector;
+    memory_.set_layer_observer(
+        [injector](size_t layer, bool backward, int64_t step, double seconds) {
+          injector->after_layer(layer, backward, step, seconds);
+        });
+  }
   STRATA_CHECK(range.stages >= 1 && range.stage >= 0 && range.stage < range.stages)
       << "executor: stage " << range.stage << " of " << range.stages;
   STRATA_CHECK(range.begin < range.end && range.end <= model.size())

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/check.h"
+#include "parallel/partition/partition.h"
 
 namespace strata::parallel {
 namespace {
@@ -27,6 +28,9 @@ const std::vector<KindKeys>& kinds() {
   static const std::vector<KindKeys> k = {
       {"straggler", {"p", "delay", "seed", "op"}},
       {"trace", {"file"}},
+      {"load", {"threads"}},
+      {"slow", {"factor"}},
+      {"grow", {"layers", "factor"}},
   };
   return k;
 }
@@ -151,6 +155,25 @@ std::vector<InjectSpec> parse_inject(const std::string& text) {
       const std::string op = spec.string("op", "both");
       STRATA_CHECK(op == "forward" || op == "backward" || op == "both" || op == "iteration")
           << "--inject \"" << spec_text << "\": op must be forward, backward, both or iteration";
+    } else if (spec.kind == "load") {
+      if (spec.has("threads")) {
+        const int64_t t = parse_int(spec, "threads");
+        STRATA_CHECK(t >= 1 && t <= 256)
+            << "--inject \"" << spec_text << "\": threads must be in 1..256, got " << t;
+      }
+    } else if (spec.kind == "slow" || spec.kind == "grow") {
+      STRATA_CHECK(spec.kind == "grow" || spec.has("factor"))
+          << "--inject \"" << spec_text << "\": kind=slow needs factor=";
+      const double f = spec.number("factor", 2.0);
+      STRATA_CHECK(f >= 1.0 && f <= 1000.0)
+          << "--inject \"" << spec_text << "\": factor must be in [1, 1000], got " << f;
+      if (spec.kind == "grow") {
+        STRATA_CHECK(spec.has("layers") && !spec.values["layers"].empty())
+            << "--inject \"" << spec_text << "\": kind=grow needs layers= (a layer or FIRST-LAST)";
+        STRATA_CHECK(!spec.has("rank"))
+            << "--inject \"" << spec_text << "\": kind=grow takes no rank= (its layers grow on "
+            << "whichever stage holds them)";
+      }
     } else if (spec.kind == "trace") {
       STRATA_CHECK(spec.has("file") && !spec.values["file"].empty())
           << "--inject \"" << spec_text << "\": kind=trace needs file=";
@@ -158,6 +181,17 @@ std::vector<InjectSpec> parse_inject(const std::string& text) {
     specs.push_back(std::move(spec));
   }
   return specs;
+}
+
+std::pair<size_t, size_t> inject_layer_range(const InjectSpec& spec,
+                                             const std::vector<std::string>& names) {
+  const auto [first, last] =
+      parse_layer_range(spec.string("layers", ""), names, "--inject \"" + spec.text + "\" layers=");
+  STRATA_CHECK(first <= last) << "--inject \"" << spec.text
+                              << "\": layers=" << spec.string("layers", "")
+                              << " is empty (its first layer comes "
+                              << "after its last)";
+  return {first, last + 1};
 }
 
 double SlowdownTrace::fraction(int rank, double seconds) const {
@@ -208,15 +242,109 @@ SlowdownTrace read_slowdown_trace(const std::string& path, int world_size) {
 Injector::Injector(const std::vector<InjectSpec>& specs, int rank, int world_size, uint64_t seed)
     : rank_(rank), seed_(seed), start_(std::chrono::steady_clock::now()) {
   for (const InjectSpec& s : specs) {
-    if (s.kind != "straggler" && s.kind != "trace") continue;  // handled elsewhere
+    if (s.kind != "straggler" && s.kind != "trace" && s.kind != "load" && s.kind != "slow" &&
+        s.kind != "grow") {
+      continue;  // handled elsewhere
+    }
     STRATA_CHECK(s.rank < world_size) << "--inject \"" << s.text << "\": rank " << s.rank
                                       << " is outside the " << world_size << " ranks of the run";
     if (s.rank >= 0 && s.rank != rank) continue;
+    STRATA_CHECK(s.kind != "load" || std::none_of(specs_.begin(), specs_.end(),
+                                                  [](const auto& o) { return o.kind == "load"; }))
+        << "--inject \"" << s.text << "\": rank " << rank << " already has a kind=load spec "
+        << "(one per rank; raise threads= instead)";
     specs_.push_back(s);
     traces_.push_back(s.kind == "trace" ? read_slowdown_trace(s.values.at("file"), world_size)
                                         : SlowdownTrace{});
     iteration_drawn_.push_back(-1);
+    grow_layers_.push_back({0, 0});
+    load_threads_.emplace_back();
+    load_done_.push_back(0);
   }
+}
+
+Injector::~Injector() { stop_load(); }
+
+void Injector::set_layer_names(const std::vector<std::string>& names) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].kind == "grow") grow_layers_[i] = inject_layer_range(specs_[i], names);
+  }
+  grow_resolved_ = true;
+}
+
+bool Injector::per_layer() const {
+  for (const InjectSpec& s : specs_) {
+    if (s.kind == "slow" || s.kind == "grow") return true;
+  }
+  return false;
+}
+
+void Injector::after_layer(size_t layer, bool, int64_t step, double seconds) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const InjectSpec& s = specs_[i];
+    if ((s.kind != "slow" && s.kind != "grow") || !s.applies(rank_, step + 1)) continue;
+    if (s.kind == "grow") {
+      STRATA_CHECK(grow_resolved_) << "--inject \"" << s.text << "\": layers not resolved";
+      if (layer < grow_layers_[i].first || layer >= grow_layers_[i].second) continue;
+    }
+    // The sleep owed: paid once it reaches a millisecond, and what the sleep overshot is
+    // credited, so that the factor holds on average for layers that take microseconds (a sleep
+    // of a few microseconds lasts far longer than asked on a busy machine).
+    double& owed = owed_[{i, layer}];
+    owed += (s.number("factor", 2.0) - 1.0) * seconds;
+    if (owed < 1e-3) continue;
+    const auto start = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(owed));
+    const double slept =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    owed -= slept;
+    ++stats_.injected;
+    stats_.seconds += slept;
+    (s.kind == "slow" ? stats_.slow_seconds : stats_.grow_seconds) += slept;
+  }
+}
+
+void Injector::update_load(int64_t step) {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const InjectSpec& s = specs_[i];
+    if (s.kind != "load") continue;
+    std::vector<std::thread>& threads = load_threads_[i];
+    if (s.applies(rank_, step + 1) && threads.empty() && !load_done_[i]) {
+      const int n = static_cast<int>(s.number("threads", 1));
+      load_stop_ = false;
+      load_start_ = std::chrono::steady_clock::now();
+      for (int t = 0; t < n; ++t) {
+        threads.emplace_back([this, t] {
+          // Arithmetic that the compiler cannot drop, checking the flag now and then.
+          volatile double sink = 1.0 + t;
+          while (!load_stop_.load(std::memory_order_relaxed)) {
+            double x = sink;
+            for (int k = 0; k < 100000; ++k) x = x * 1.0000001 + 1e-9;
+            sink = x;
+            load_rounds_.fetch_add(1, std::memory_order_relaxed);
+          }
+        });
+      }
+      stats_.load_threads = std::max(stats_.load_threads, n);
+    } else if (!threads.empty() && step + 1 > s.to) {
+      stop_load();
+    }
+  }
+}
+
+void Injector::stop_load() {
+  bool any = false;
+  for (const auto& threads : load_threads_) any = any || !threads.empty();
+  if (!any) return;
+  load_stop_ = true;
+  for (size_t i = 0; i < load_threads_.size(); ++i) {
+    if (load_threads_[i].empty()) continue;
+    for (std::thread& t : load_threads_[i]) t.join();
+    load_threads_[i].clear();
+    load_done_[i] = 1;
+  }
+  stats_.load_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start_).count();
 }
 
 void Injector::start() { start_ = std::chrono::steady_clock::now(); }
@@ -239,6 +367,7 @@ void Injector::sleep(double seconds) {
 
 void Injector::before(OpCode op, int64_t step, int64_t micro_batch) {
   if (op != OpCode::kForward && op != OpCode::kBackward) return;
+  if (!load_threads_.empty()) update_load(step);
   for (size_t i = 0; i < specs_.size(); ++i) {
     const InjectSpec& s = specs_[i];
     if (s.kind != "straggler" || !s.applies(rank_, step + 1)) continue;

@@ -23,14 +23,36 @@
 //              a shared GPU. After each Forward and Backward the rank sleeps (1/fraction - 1) times
 //              the instruction's own duration. '#' starts a comment. A line whose rank is outside
 //              the world or whose time or fraction is out of range is refused, naming the line.
+//   load       threads (default 1). Real co-located load: from step `from` to step `to` the rank
+//              runs `threads` extra threads that spin on arithmetic and compete for its cores
+//              (started before the rank's first Forward or Backward of step `from`, stopped
+//              after step `to` or at the end of the run). Local ranks share one process and its
+//              cores: on a machine with fewer cores than ranks, the load slows every local rank,
+//              not only the chosen one.
+//   slow       factor (>= 1, required). The rank computes `factor` times slower: after each
+//              layer's forward and backward of a training micro-batch the rank sleeps
+//              (factor - 1) times the layer's measured time (owed per layer and paid once it
+//              reaches 1 ms, the overshoot of a sleep credited: the factor holds on average even
+//              for layers of microseconds). Deterministic in effect (a sleep proportional to the
+//              work), whatever the other ranks do.
+//   grow       layers (required: a layer name or FIRST-LAST, as --partition writes ranges),
+//              factor (>= 1, default 2). vPIPE's dynamic model (its NAS case, where operations
+//              are activated inside layers as training goes): from step `from` those layers'
+//              forwards and backwards take `factor` times their measured time (the rank sleeps
+//              (factor - 1) times it after each), on whichever stage holds them, so the growth
+//              moves with a layer that migrates. The arithmetic is unchanged (runs with and
+//              without it train the same weights), the compute grows. Takes no rank= (the
+//              layers' stage is the rank).
 // Errors name --inject, the spec and the key.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "parallel/schedule/schedule.h"
@@ -56,6 +78,11 @@ struct InjectSpec {
 // Parses --inject (empty: no spec). Unknown kinds or keys, malformed values: strata::Error.
 std::vector<InjectSpec> parse_inject(const std::string& text);
 
+// kind=grow: the [first, end) layer range its layers= names in `names` (the model's layer names,
+// in order); errors name the spec and the unknown layer.
+std::pair<size_t, size_t> inject_layer_range(const InjectSpec& spec,
+                                             const std::vector<std::string>& names);
+
 // A trace file of kind=trace: per rank, (seconds, fraction) in time order.
 struct SlowdownTrace {
   std::map<int, std::vector<std::pair<double, double>>> ranks;
@@ -70,14 +97,33 @@ SlowdownTrace read_slowdown_trace(const std::string& path, int world_size);
 class Injector {
  public:
   struct Stats {
-    int64_t draws = 0;     // straggler draws made
-    int64_t injected = 0;  // sleeps made (straggler or trace)
-    double seconds = 0.0;  // time slept
+    int64_t draws = 0;          // straggler draws made
+    int64_t injected = 0;       // sleeps made (straggler or trace)
+    double seconds = 0.0;       // time slept (every kind that sleeps)
+    double slow_seconds = 0.0;  // of which kind=slow (slow, grow: as slept, not as owed)
+    double grow_seconds = 0.0;  // of which kind=grow
+    int load_threads = 0;       // kind=load: the most load threads running at once
+    double load_seconds = 0.0;  // kind=load: how long load threads ran
   };
   // `specs` from parse_inject; `seed`: the run's seed (for specs without their own). Trace files
   // are read here (every rank reads them).
   Injector(const std::vector<InjectSpec>& specs, int rank, int world_size, uint64_t seed);
+  ~Injector();  // stops the load threads
+  Injector(const Injector&) = delete;
+  Injector& operator=(const Injector&) = delete;
   bool empty() const { return specs_.empty(); }
+  // kind=grow names layers: resolved against the model's layer names (needed before training
+  // when a grow spec is given).
+  void set_layer_names(const std::vector<std::string>& names);
+  // Whether a kind acts per layer (slow, grow): the executor then calls after_layer.
+  bool per_layer() const;
+  // After layer `layer`'s training forward or backward of a micro-batch of step `step` (from 0),
+  // which lasted `seconds`.
+  void after_layer(size_t layer, bool backward, int64_t step, double seconds);
+  // Stops the load threads (the end of training); stats() then holds their time.
+  void stop_load();
+  // kind=load: rounds of arithmetic the load threads have done so far (a round: 1e5 steps).
+  int64_t load_rounds() const { return load_rounds_.load(); }
   // Training starts now (trace times count from here).
   void start();
   // Before a Forward or Backward of micro-batch `micro_batch` in step `step` (from 0).
@@ -95,6 +141,16 @@ class Injector {
   std::vector<InjectSpec> specs_;         // those that apply to this rank
   std::vector<SlowdownTrace> traces_;     // per spec (empty for other kinds)
   std::vector<int64_t> iteration_drawn_;  // per spec: the last step drawn for op=iteration
+  std::vector<std::pair<size_t, size_t>> grow_layers_;  // per spec: kind=grow's layers
+  std::map<std::pair<size_t, size_t>, double> owed_;    // slow, grow: per (spec, layer)
+  bool grow_resolved_ = false;
+  // kind=load: the running threads, per spec (empty when not running), and when they started.
+  void update_load(int64_t step);
+  std::vector<std::vector<std::thread>> load_threads_;
+  std::vector<char> load_done_;  // per spec: started and stopped for good
+  std::atomic<bool> load_stop_{false};
+  std::atomic<int64_t> load_rounds_{0};
+  std::chrono::steady_clock::time_point load_start_;
   int rank_;
   uint64_t seed_;
   std::chrono::steady_clock::time_point start_;

@@ -70,6 +70,9 @@ StageMemory::StageMemory(ExecContext& ctx, graph::Model& model, graph::ParamStor
   STRATA_CHECK(begin < end && end <= model.size())
       << "stage memory: layer range [" << begin << ", " << end << ")";
   swaps_ = plan_.uses(MemoryPolicy::kSwap, begin, end);
+  stats_.first_layer = begin;
+  stats_.layer_forward_seconds.assign(end - begin, 0.0);
+  stats_.layer_backward_seconds.assign(end - begin, 0.0);
   STRATA_CHECK(!swaps_ || copies_ != nullptr)
       << "stage memory: layers " << begin << "-" << end - 1 << " swap but no copy engine is given";
   // Device memory that swap-outs still hold goes before an allocation is refused.
@@ -130,7 +133,10 @@ TensorList StageMemory::forward(int64_t mb, const TensorList& inputs,
     const bool segment_start = record.policy == MemoryPolicy::kRecompute &&
                                (i == begin_ || plan_.at(i - 1) != MemoryPolicy::kRecompute);
     if (segment_start) m.checkpoints[i] = x;
+    const auto layer_start = Clock::now();
     x = model_.forward_layer(ctx_, i, x, record.tape, options);
+    if (layer_observer_) layer_observer_(i, false, options.step, seconds_since(layer_start));
+    stats_.layer_forward_seconds[i - begin_] += seconds_since(layer_start);
     record.live = true;
     ++stats_.records_created;
     if (record.policy == MemoryPolicy::kRecompute) {
@@ -257,6 +263,7 @@ TensorList StageMemory::backward(int64_t mb, const TensorList& grad_outputs,
   TensorList grads = grad_outputs;
   if (swaps_) prefetch_below(m, end_);  // no SwapIn ahead: the first copies start now
   for (size_t i = end_; i-- > begin_;) {
+    const auto layer_start = Clock::now();
     LayerRecord& record = m.layers[i - begin_];
     STRATA_CHECK(record.live) << "stage memory: layer " << model_.layer(i).name()
                               << " of micro-batch " << mb << " has no record";
@@ -275,6 +282,8 @@ TensorList StageMemory::backward(int64_t mb, const TensorList& grad_outputs,
     }
     grads = model_.backward_layer(ctx_, i, grads, record.tape);
     release(m, i);
+    if (layer_observer_) layer_observer_(i, true, m.options.step, seconds_since(layer_start));
+    stats_.layer_backward_seconds[i - begin_] += seconds_since(layer_start);
     if (after_layer) after_layer(i);
   }
   STRATA_CHECK(m.checkpoints.empty()) << "stage memory: micro-batch " << mb

@@ -56,7 +56,20 @@ struct StageMemoryStats {
   double recompute_seconds = 0.0;  // replayed forwards
   int64_t recomputed_layers = 0;
   double swap_wait_seconds = 0.0;  // compute waiting for tensors on their way in
+  // Per layer of the stage (index: layer - first_layer): host seconds of its training forwards
+  // and backwards (a recompute replay counted in its backward; --inject's per-layer sleeps
+  // included), the statistics of vPIPE's repartition loop (parallel/vpipe/repartition.h). On a
+  // GPU these are the host's times to queue the layer's work, unless the stream is synchronized.
+  size_t first_layer = 0;
+  std::vector<double> layer_forward_seconds;
+  std::vector<double> layer_backward_seconds;
 };
+
+// Called after each layer's training forward (backward = false) or backward of a micro-batch of
+// optimizer step `step` (from 0), which took `seconds`; whatever it spends is counted in the
+// layer's time (--inject's slow and grow kinds sleep here).
+using LayerObserver =
+    std::function<void(size_t layer, bool backward, int64_t step, double seconds)>;
 
 class StageMemory {
  public:
@@ -101,6 +114,7 @@ class StageMemory {
   // counts beside the copies out (parallel/vpipe/memory_model.h).
   void set_drain_before_swap_in(bool drain) { drain_before_swap_in_ = drain; }
   StageMemoryStats stats() const { return stats_; }
+  void set_layer_observer(LayerObserver observer) { layer_observer_ = std::move(observer); }
 
  private:
   struct SavedView;
@@ -130,6 +144,7 @@ class StageMemory {
   bool drain_before_swap_in_ = false;
   std::map<int64_t, std::unique_ptr<MicroBatch>> micro_batches_;
   StageMemoryStats stats_;
+  LayerObserver layer_observer_;
 };
 
 }  // namespace strata::parallel

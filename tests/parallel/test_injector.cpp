@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "parallel/runtime/injector.h"
 #include "testing/testing.h"
@@ -180,6 +181,110 @@ TEST(Inject, TraceReplaySleepsByTheFraction) {
   Injector other(parse_inject("kind=trace,file=" + path), 1, 2, 0);  // rank 1: not listed
   other.after(OpCode::kForward, 0, 0, 0.02);
   EXPECT_EQ(other.stats().injected, 0);
+}
+
+TEST(Inject, LoadSlowAndGrowParseAndRefuseBadKeys) {
+  const std::vector<InjectSpec> specs = parse_inject(
+      "rank=1,from=20,kind=load,threads=2; kind=slow,factor=2,rank=0; "
+      "kind=grow,layers=h.0-h.3,from=30");
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[0].kind, "load");
+  EXPECT_EQ(specs[0].from, 20);
+  EXPECT_DOUBLE_EQ(specs[1].number("factor", 0), 2.0);
+  EXPECT_EQ(specs[2].string("layers", ""), "h.0-h.3");
+  for (const auto& [text, words] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"kind=load,threads=0", {"--inject", "threads must be in 1..256"}},
+           {"kind=load,threads=x", {"--inject", "threads=x is not an integer"}},
+           {"kind=load,p=1", {"--inject", "kind=load takes no key p"}},
+           {"kind=slow", {"--inject", "kind=slow needs factor="}},
+           {"kind=slow,factor=0.5", {"--inject", "factor must be in [1, 1000]"}},
+           {"kind=grow,factor=2", {"--inject", "kind=grow needs layers="}},
+           {"kind=grow,layers=a,rank=1", {"--inject", "takes no rank="}},
+       }) {
+    SCOPED_TRACE(text);
+    expect_error([&] { parse_inject(text); }, words);
+  }
+  const std::vector<std::string> names{"embed", "h.0", "h.1", "h.2", "h.3", "head"};
+  EXPECT_EQ(inject_layer_range(specs[2], names), std::make_pair(size_t{1}, size_t{5}));
+  EXPECT_EQ(inject_layer_range(parse_inject("kind=grow,layers=head")[0], names),
+            std::make_pair(size_t{5}, size_t{6}));
+  expect_error([&] { inject_layer_range(parse_inject("kind=grow,layers=h.0-h.9")[0], names); },
+               {"--inject", "h.9"});
+  expect_error([&] { inject_layer_range(parse_inject("kind=grow,layers=h.3-h.1")[0], names); },
+               {"--inject", "empty"});
+  expect_error([&] { Injector(parse_inject("kind=load;kind=load,threads=2"), 0, 1, 0); },
+               {"--inject", "already has a kind=load spec"});
+}
+
+// slow: after each layer the rank sleeps (factor - 1) x the layer's time, from its step on and
+// only on its rank.
+TEST(Inject, SlowSleepsFactorMinusOneTimesEachLayer) {
+  Injector injector(parse_inject("kind=slow,factor=3,rank=0,from=2"), 0, 2, 0);
+  ASSERT_TRUE(injector.per_layer());
+  injector.after_layer(0, false, 0, 0.01);  // step 1: before from
+  EXPECT_EQ(injector.stats().injected, 0);
+  const auto start = std::chrono::steady_clock::now();
+  injector.after_layer(0, false, 1, 0.01);
+  injector.after_layer(3, true, 1, 0.005);
+  const double slept =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(slept, 0.03);
+  EXPECT_EQ(injector.stats().injected, 2);
+  EXPECT_GE(injector.stats().slow_seconds, 0.03);
+  EXPECT_EQ(injector.stats().seconds, injector.stats().slow_seconds);
+  // Short layers owe their sleep until it reaches 1 ms: 4 x 2^-12 s owed, the 5th pays.
+  Injector fine(parse_inject("kind=slow,factor=2"), 0, 1, 0);
+  for (int k = 0; k < 4; ++k) fine.after_layer(5, false, 0, 0x1p-12);
+  EXPECT_EQ(fine.stats().injected, 0);
+  fine.after_layer(5, true, 0, 0x1p-12);
+  EXPECT_EQ(fine.stats().injected, 1);
+  EXPECT_GE(fine.stats().slow_seconds, 5 * 0x1p-12);
+  Injector other(parse_inject("kind=slow,factor=3,rank=0"), 1, 2, 0);
+  EXPECT_FALSE(other.per_layer());  // nothing applies to rank 1
+  EXPECT_FALSE(Injector(parse_inject("kind=straggler,p=1,delay=0"), 0, 1, 0).per_layer());
+}
+
+// grow: only the named layers, from their step on, on whichever rank runs them.
+TEST(Inject, GrowSlowsOnlyItsLayers) {
+  Injector injector(parse_inject("kind=grow,layers=h.0-h.1,from=3"), 1, 2, 0);
+  injector.set_layer_names({"embed", "h.0", "h.1", "head"});
+  injector.after_layer(1, false, 1, 0.01);  // step 2: not grown yet
+  EXPECT_EQ(injector.stats().injected, 0);
+  injector.after_layer(0, false, 2, 0.01);  // embed: not named
+  injector.after_layer(3, true, 2, 0.01);   // head: not named
+  EXPECT_EQ(injector.stats().injected, 0);
+  injector.after_layer(1, false, 2, 0.004);  // factor 2 by default: sleeps the layer's time
+  injector.after_layer(2, true, 5, 0.006);
+  EXPECT_EQ(injector.stats().injected, 2);
+  EXPECT_GE(injector.stats().grow_seconds, 0.01);
+  EXPECT_EQ(injector.stats().slow_seconds, 0.0);
+}
+
+// load: threads that really run from the spec's first step to its last, then stop.
+TEST(Inject, LoadThreadsRunFromTheirStepToTheirLast) {
+  Injector injector(parse_inject("kind=load,threads=2,rank=0,from=2,to=3"), 0, 1, 0);
+  EXPECT_FALSE(injector.per_layer());
+  injector.before(OpCode::kForward, 0, 0);  // step 1
+  EXPECT_EQ(injector.stats().load_threads, 0);
+  injector.before(OpCode::kForward, 1, 0);  // step 2: started
+  EXPECT_EQ(injector.stats().load_threads, 2);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (injector.load_rounds() < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(injector.load_rounds(), 4) << "the load threads did no work";
+  injector.before(OpCode::kBackward, 2, 0);  // step 3: still running
+  EXPECT_EQ(injector.stats().load_seconds, 0.0);
+  injector.before(OpCode::kForward, 3, 0);  // step 4: past `to`, stopped
+  EXPECT_GT(injector.stats().load_seconds, 0.0);
+  const int64_t rounds = injector.load_rounds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(injector.load_rounds(), rounds) << "the load threads still run";
+  injector.before(OpCode::kForward, 1, 0);  // an earlier step again: not restarted
+  EXPECT_EQ(injector.load_rounds(), rounds);
+  Injector other(parse_inject("kind=load,threads=2,rank=0"), 1, 2, 0);
+  other.before(OpCode::kForward, 0, 0);
+  EXPECT_EQ(other.stats().load_threads, 0);
 }
 
 }  // namespace

@@ -1,0 +1,209 @@
+#include "parallel/repartition_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "engine/check.h"
+#include "engine/log.h"
+
+namespace strata::parallel {
+
+RepartitionLoop::RepartitionLoop(const RepartitionConfig& config, std::vector<std::string> names,
+                                 int rank, int stage, int stages, int groups, int64_t total_steps)
+    : config_(config),
+      names_(std::move(names)),
+      rank_(rank),
+      stage_(stage),
+      stages_(stages),
+      groups_(groups),
+      total_(total_steps) {
+  if (config.policy == "off") return;
+  STRATA_CHECK_GE(config.every, 2) << "--repartition-every must be at least 2 steps";
+  policy_ = make_repartition_policy(config.policy, config.threshold);
+  layer_start_.assign(names_.size(), 0.0);
+}
+
+bool RepartitionLoop::decides_after(int64_t step) const {
+  return active() && stages_ > 1 && (step + 1) % config_.every == 0 && step + 2 < total_;
+}
+
+std::vector<int64_t> RepartitionLoop::move_steps(const RepartitionConfig& config, int stages,
+                                                 int64_t total_steps) {
+  std::vector<int64_t> out;
+  if (config.policy == "off" || stages < 2 || config.every < 1) return out;
+  for (int64_t step = config.every - 1; step + 2 < total_steps; step += config.every) {
+    out.push_back(step + 2);
+  }
+  return out;
+}
+
+std::vector<double> RepartitionLoop::contribution(int64_t step, const StageMemoryStats& memory,
+                                                  double busy_seconds, const Ranges&) {
+  if (!active()) return {};
+  if (!seen_first_) {
+    seen_first_ = true;
+    // The run's first step (allocations, first touches of the weights) is left out of the
+    // first window: its layer times start after it.
+    for (size_t i = 0; i < memory.layer_forward_seconds.size(); ++i) {
+      layer_start_[memory.first_layer + i] =
+          memory.layer_forward_seconds[i] + memory.layer_backward_seconds[i];
+    }
+    if (!decides_after(step)) return {};
+  }
+  ++window_steps_;
+  window_busy_ += busy_seconds;
+  std::vector<double> out;
+  if (decides_after(step)) {
+    const size_t L = names_.size();
+    out.assign(L + static_cast<size_t>(stages_) + 1, 0.0);
+    for (size_t i = 0; i < memory.layer_forward_seconds.size(); ++i) {
+      const size_t l = memory.first_layer + i;
+      const double now = memory.layer_forward_seconds[i] + memory.layer_backward_seconds[i];
+      out[l] = now - layer_start_[l];
+      layer_start_[l] = now;
+    }
+    out[L + static_cast<size_t>(stage_)] = window_busy_;
+    // The window's length, counted once (by rank 0): every rank's is the same.
+    out[L + static_cast<size_t>(stages_)] = rank_ == 0 ? static_cast<double>(window_steps_) : 0.0;
+    window_steps_ = 0;
+    window_busy_ = 0.0;
+  } else if (step > 0 && decides_after(step - 1)) {
+    // The decision of the last step, from rank 0: a flag and the S - 1 cuts.
+    out.assign(static_cast<size_t>(stages_), 0.0);
+    if (rank_ == 0 && pending_ && pending_->apply) {
+      out[0] = 1.0;
+      for (int s = 1; s < stages_; ++s) {
+        out[static_cast<size_t>(s)] = static_cast<double>(pending_->partition[s].begin);
+      }
+    }
+    pending_.reset();
+  }
+  return out;
+}
+
+std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
+                                                         const std::vector<double>& sum,
+                                                         const Ranges& ranges) {
+  Partition current;
+  for (const auto& [b, e] : ranges) current.push_back({b, e});
+  if (!active()) return std::nullopt;
+  const size_t L = names_.size();
+  if (decides_after(step)) {
+    STRATA_CHECK_EQ(sum.size(), L + static_cast<size_t>(stages_) + 1) << "repartition statistics";
+    if (rank_ != 0) return std::nullopt;
+    RepartitionInput in;
+    in.step = step + 1;
+    in.window_steps = std::llround(sum[L + static_cast<size_t>(stages_)]);
+    in.partition = current;
+    const double per = 1.0 / (static_cast<double>(groups_) * std::max<int64_t>(1, in.window_steps));
+    for (size_t l = 0; l < L; ++l) in.layer_seconds.push_back(sum[l] * per);
+    for (int s = 0; s < stages_; ++s) {
+      in.stage_busy_seconds.push_back(sum[L + static_cast<size_t>(s)] * per);
+    }
+    RepartitionRecord r;
+    r.step = step + 1;
+    r.policy = policy_->name();
+    r.current = partition_string(current, names_);
+    r.layer_seconds = in.layer_seconds;
+    r.stage_busy_seconds = in.stage_busy_seconds;
+    if (in.window_steps * 2 < config_.every) {
+      // The window began at a migration: too short to judge the new layout.
+      r.decision.partition = current;
+      r.decision.reason = "window of " + std::to_string(in.window_steps) +
+                          " steps since the last migration is too short";
+    } else {
+      r.decision = policy_->propose(in);
+      check_measured(in, current, &r);
+    }
+    r.proposed = partition_string(r.decision.partition, names_);
+    if (r.decision.apply) r.apply_step = step + 2;
+    pending_ = r.decision;
+    return r;
+  }
+  if (step > 0 && decides_after(step - 1)) {
+    STRATA_CHECK_EQ(sum.size(), static_cast<size_t>(stages_)) << "repartition decision";
+    if (sum[0] > 0.5) {
+      Ranges p;
+      size_t begin = 0;
+      for (int s = 1; s <= stages_; ++s) {
+        const size_t end = s < stages_ ? static_cast<size_t>(std::llround(sum[s])) : L;
+        p.push_back({begin, end});
+        begin = end;
+      }
+      due_partition_ = p;
+      due_step_ = step + 1;
+    }
+  }
+  return std::nullopt;
+}
+
+void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition& current,
+                                     RepartitionRecord* r) {
+  double measured = 0.0;
+  for (double b : in.stage_busy_seconds) measured = std::max(measured, b);
+  RepartitionDecision& d = r->decision;
+  const std::string now = r->current;
+  if (last_move_ && now == last_move_->to && measured > last_move_->measured) {
+    // The policy's last move made the slowest stage slower, as measured: back, and never again.
+    rejected_.insert(now);
+    std::ostringstream why;
+    why << "measured slowest stage " << 1000 * measured << " ms/step after the move from "
+        << partition_string(last_move_->from, names_) << ", " << 1000 * last_move_->measured
+        << " before it: moving back";
+    d.apply = true;
+    d.partition = last_move_->from;
+    d.reason = why.str();
+    last_move_.reset();
+    return;
+  }
+  last_move_.reset();
+  if (!d.apply) return;
+  const std::string proposed = partition_string(d.partition, names_);
+  if (rejected_.count(proposed) > 0) {
+    d.apply = false;
+    d.reason += "; but " + proposed + " was tried and measured slower: kept";
+    return;
+  }
+  last_move_ = Move{current, proposed, measured};
+}
+
+std::optional<RepartitionRecord> RepartitionLoop::exchange(
+    int64_t step, const StageMemoryStats& memory, double busy_seconds, const Ranges& current,
+    std::vector<double>* metrics, const std::function<void(std::vector<double>*)>& sum) {
+  const size_t own = metrics->size();
+  const std::vector<double> extra = contribution(step, memory, busy_seconds, current);
+  metrics->insert(metrics->end(), extra.begin(), extra.end());
+  sum(metrics);
+  const std::vector<double> summed(metrics->begin() + static_cast<std::ptrdiff_t>(own),
+                                   metrics->end());
+  metrics->resize(own);
+  return absorb(step, summed, current);
+}
+
+void RepartitionLoop::check(const RepartitionConfig& config, bool synchronous, bool restart,
+                            bool swaps) {
+  if (config.policy == "off") return;
+  STRATA_CHECK(synchronous || restart)
+      << "--repartition with async-1f1b: --migration live is not available for the asynchronous "
+         "schedule yet; use --migration restart (the pipeline drains every "
+      << config.every << " steps, where a move may go)";
+  STRATA_CHECK(!swaps)
+      << "--repartition with swapped layers (--memory-policy / --memory-plan): not supported";
+}
+
+std::optional<RepartitionLoop::Ranges> RepartitionLoop::due(int64_t step) const {
+  if (due_partition_ && due_step_ == step) return due_partition_;
+  return std::nullopt;
+}
+
+void RepartitionLoop::migrated() {
+  // The new executor counts layer times from zero; the window restarts.
+  std::fill(layer_start_.begin(), layer_start_.end(), 0.0);
+  window_steps_ = 0;
+  window_busy_ = 0.0;
+  due_partition_.reset();
+  due_step_ = -1;
+}
+
+}  // namespace strata::parallel

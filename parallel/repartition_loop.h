@@ -1,0 +1,118 @@
+// --repartition: vPIPE's Algorithm 1 in the trainer (../shared/papers/vpipe.md §2.3), around a
+// RepartitionPolicy (parallel/vpipe/repartition.h).
+//
+// Statistics. Every stage times each layer's training forward and backward
+// (parallel/runtime/stage_memory.h) and its compute instructions; over a window of `every` steps
+// these ride on the step-metrics all-reduce the trainer makes after every step anyway (the
+// window's per-layer seconds and per-stage busy seconds appended to it at the window's last
+// step): no message of their own, and every rank gets the sums.
+// Decision. Rank 0 asks the policy (only it: the decision is not recomputed from floating sums on
+// every rank); its answer (a flag and the S - 1 cuts) rides on the next step's metrics all-reduce,
+// where the other ranks add zeros, so every rank holds the same decision one step later, and the
+// layers move before the step after that, through the --migrate-at re-layout (the executor
+// rebuilt). Timeline for a decision after step d (counted from 1): statistics of steps
+// (d - every, d]; the plan reaches every rank with step d + 1; the move goes before step d + 2.
+// No decision is made on a window that a migration cut short (vPIPE: no planning while
+// migrating): the window starts again after each move. A move whose layout measures slower (the
+// slowest stage's busy time per step) than the one it left is undone at the next decision, and
+// that partition is not applied again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "parallel/partition/partition.h"
+#include "parallel/runtime/stage_memory.h"
+#include "parallel/vpipe/repartition.h"
+
+namespace strata::parallel {
+
+struct RepartitionConfig {
+  std::string policy = "off";  // off | vpipe
+  int64_t every = 20;          // steps per window (>= 2)
+  double threshold = 0.05;     // the least predicted gain applied (a fraction)
+};
+
+// One decision, reported by rank 0 (TrainObserver::on_repartition).
+struct RepartitionRecord {
+  int64_t step = 0;        // optimizer steps done when it was decided
+  int64_t apply_step = 0;  // the layers move before this step (0: not applied)
+  std::string policy;
+  std::string current, proposed;  // partitions, as --partition writes them
+  RepartitionDecision decision;
+  std::vector<double> layer_seconds;       // the window's, per model layer, per step
+  std::vector<double> stage_busy_seconds;  // the window's, per stage, per step
+};
+
+class RepartitionLoop {
+ public:
+  // `names`: the model's layers; this rank is `stage` of `stages` in one of `groups` groups.
+  RepartitionLoop(const RepartitionConfig& config, std::vector<std::string> names, int rank,
+                  int stage, int stages, int groups, int64_t total_steps);
+  bool active() const { return policy_ != nullptr; }
+
+  using Ranges = std::vector<std::pair<size_t, size_t>>;  // [begin, end) per stage
+
+  // After step `step` (from 0) ran: what this rank appends to the step's metrics all-reduce
+  // (empty on most steps; the same length on every rank). `memory`: the executor's statistics
+  // (per-layer times since it was made); `busy_seconds`: the step's compute time here.
+  std::vector<double> contribution(int64_t step, const StageMemoryStats& memory,
+                                   double busy_seconds, const Ranges& current);
+  // The world's sum of the contributions of step `step`. On the decision step rank 0 decides and
+  // returns the record to report; on the next step every rank learns the decision.
+  std::optional<RepartitionRecord> absorb(int64_t step, const std::vector<double>& sum,
+                                          const Ranges& current);
+  // Both around `sum`, the step's metrics all-reduce of `metrics` (left as it was given).
+  std::optional<RepartitionRecord> exchange(int64_t step, const StageMemoryStats& memory,
+                                            double busy_seconds, const Ranges& current,
+                                            std::vector<double>* metrics,
+                                            const std::function<void(std::vector<double>*)>& sum);
+  // The partition to move to before step `step` (from 0), if the loop decided one.
+  std::optional<Ranges> due(int64_t step) const;
+  // Refuses what the loop does not support (errors name --repartition): async-1f1b without
+  // --migration restart, swapped layers.
+  static void check(const RepartitionConfig& config, bool synchronous, bool restart, bool swaps);
+  // The layers moved (the executor is new: its layer times count from zero).
+  void migrated();
+  // The steps (from 0) before which a decided move may go: where an asynchronous schedule's
+  // program must drain (--migration restart), whether a move comes or not.
+  static std::vector<int64_t> move_steps(const RepartitionConfig& config, int stages,
+                                         int64_t total_steps);
+
+ private:
+  bool decides_after(int64_t step) const;
+  // Only moves that measure better stay (vPIPE applies only improving plans; the prediction can
+  // be wrong: a layer's time depends on the rank that runs it): when the slowest stage's measured
+  // busy time after the policy's last move is above the one before it, the layers move back and
+  // that partition is never proposed again.
+  void check_measured(const RepartitionInput& in, const Partition& current, RepartitionRecord* r);
+  struct Move {
+    Partition from;
+    std::string to;
+    double measured = 0.0;  // the slowest stage's busy seconds per step before the move
+  };
+  std::optional<Move> last_move_;   // rank 0
+  std::set<std::string> rejected_;  // rank 0: partitions that measured slower
+
+  RepartitionConfig config_;
+  std::unique_ptr<RepartitionPolicy> policy_;
+  std::vector<std::string> names_;
+  int rank_, stage_, stages_, groups_;
+  int64_t total_;
+  // The window: steps, this rank's busy seconds, and the per-layer times at its start.
+  bool seen_first_ = false;  // the first step this loop sees is left out of the window
+  int64_t window_steps_ = 0;
+  double window_busy_ = 0.0;
+  std::vector<double> layer_start_;             // per model layer (this stage's layers), seconds
+  std::optional<RepartitionDecision> pending_;  // rank 0: decided, not yet told to the others
+  int64_t pending_step_ = -1;                   // the step whose metrics carry it
+  std::optional<Ranges> due_partition_;
+  int64_t due_step_ = -1;
+};
+
+}  // namespace strata::parallel

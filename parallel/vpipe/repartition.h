@@ -1,0 +1,70 @@
+// Repartition at run time (vPIPE Algorithm 1, ../shared/papers/vpipe.md §2.3): a policy looks at
+// the statistics the stages measured over the last window of steps and proposes a new partition,
+// or none; the trainer (parallel/repartition_loop.h) gathers the statistics, asks the policy on
+// one rank, hands its decision to every rank and moves the layers through the step-boundary
+// migration of --migrate-at.
+//
+// A policy is an implementation of RepartitionPolicy. vPIPE's (`vpipe`): each layer costs what it
+// was measured to cost where it ran (forward + backward seconds per step, as vPIPE's training
+// monitor reports t^fwd and t^bwd per layer), the partitioner is Algorithm 3 (one-step coarsening,
+// recursive Kernighan-Lin bisection, refinement: parallel/vpipe/kl_partitioner.h) over the chain
+// of layers, and a plan is applied only when its predicted slowest stage is below the current
+// partition's, predicted the same way, by more than `threshold` (a fraction): checkBalanced.
+// Another policy (DynPipe's interference-aware planner) plugs in by implementing propose().
+//
+// What the per-layer model cannot see: a layer's time belongs to the layer, not to the rank that
+// ran it, so a rank that is slow for every layer (a co-located job) makes its layers look heavy,
+// and a layer moved off it is predicted to stay as heavy. The loop measures again after the move
+// and may move more layers at the next window (the prediction is conservative: it never moves
+// layers onto a slow rank because they looked cheap there).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parallel/partition/partition.h"
+
+namespace strata::parallel {
+
+// What the stages measured over a window of steps, per step (means over the data-parallel
+// groups), in the partition in force during the window.
+struct RepartitionInput {
+  int64_t step = 0;                        // optimizer steps done at the end of the window
+  int64_t window_steps = 0;                // steps the window spans
+  Partition partition;                     // the current one
+  std::vector<double> layer_seconds;       // per model layer: forward + backward, per step
+  std::vector<double> stage_busy_seconds;  // per stage: compute instructions, per step
+};
+
+struct RepartitionDecision {
+  bool apply = false;
+  Partition partition;            // the proposal (the current partition when none is better)
+  double current_cost = 0.0;      // the current partition's slowest stage, predicted (s/step)
+  double predicted_cost = 0.0;    // the proposal's slowest stage, predicted (s/step)
+  double measured_slowest = 0.0;  // the slowest stage's measured busy time (s/step)
+  std::string reason;             // why it is applied or not
+  // The predicted gain: 1 - predicted / current (0 when nothing is proposed).
+  double gain() const { return current_cost > 0 ? 1.0 - predicted_cost / current_cost : 0.0; }
+};
+
+class RepartitionPolicy {
+ public:
+  virtual ~RepartitionPolicy() = default;
+  virtual const char* name() const = 0;
+  // Called on one rank; must be deterministic in its input.
+  virtual RepartitionDecision propose(const RepartitionInput& input) = 0;
+};
+
+// --repartition NAME (vpipe); `threshold`: the least relative gain applied. Throws for an unknown
+// name or a threshold outside [0, 1).
+std::unique_ptr<RepartitionPolicy> make_repartition_policy(const std::string& name,
+                                                           double threshold);
+
+// The slowest stage of `partition` when every layer costs `layer_seconds` (the vpipe policy's
+// prediction).
+double slowest_stage_seconds(const Partition& partition, const std::vector<double>& layer_seconds);
+
+}  // namespace strata::parallel

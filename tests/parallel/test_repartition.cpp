@@ -1,0 +1,204 @@
+// --repartition: vPIPE's policy (Algorithm 3 on measured per-layer times, applied only when the
+// predicted slowest stage improves by the threshold) and the loop's protocol (statistics on the
+// step's metrics sum, rank 0's decision on the next one, the move on the step after), with the
+// world's sums made by hand for two and four ranks.
+#include <gtest/gtest.h>
+
+#include "parallel/repartition_loop.h"
+#include "parallel/vpipe/repartition.h"
+#include "testing/testing.h"
+
+namespace strata::parallel {
+namespace {
+
+RepartitionInput input(std::vector<double> layers, Partition current) {
+  RepartitionInput in;
+  in.step = 10;
+  in.window_steps = 10;
+  in.partition = std::move(current);
+  in.layer_seconds = std::move(layers);
+  for (const LayerRange& r : in.partition) {
+    double t = 0;
+    for (size_t l = r.begin; l < r.end; ++l) t += in.layer_seconds[l];
+    in.stage_busy_seconds.push_back(t);
+  }
+  return in;
+}
+
+TEST(VpipeRepartition, MovesLayersOffTheSlowestStage) {
+  auto policy = make_repartition_policy("vpipe", 0.05);
+  EXPECT_STREQ(policy->name(), "vpipe");
+  // Stage 1's layers take 3x: its slowest stage is 12 against 4.
+  const RepartitionInput in = input({1, 1, 1, 1, 3, 3, 3, 3}, {{0, 4}, {4, 8}});
+  const RepartitionDecision d = policy->propose(in);
+  EXPECT_TRUE(d.apply) << d.reason;
+  EXPECT_DOUBLE_EQ(d.current_cost, 12.0);
+  EXPECT_DOUBLE_EQ(d.measured_slowest, 12.0);
+  ASSERT_EQ(d.partition.size(), 2u);
+  EXPECT_GT(d.partition[0].end, 4u);  // layers moved from stage 1 to stage 0
+  EXPECT_EQ(d.partition[0].end, d.partition[1].begin);
+  EXPECT_EQ(d.partition[1].end, 8u);
+  EXPECT_DOUBLE_EQ(d.predicted_cost, slowest_stage_seconds(d.partition, in.layer_seconds));
+  EXPECT_DOUBLE_EQ(d.predicted_cost, 9.0);  // the best cut: 1+1+1+1+3 | 3+3+3
+  EXPECT_NEAR(d.gain(), 0.25, 1e-12);
+  // Deterministic.
+  const RepartitionDecision again = make_repartition_policy("vpipe", 0.05)->propose(in);
+  EXPECT_EQ(again.partition, d.partition);
+}
+
+TEST(VpipeRepartition, KeepsABalancedPartitionAndHonoursTheThreshold) {
+  auto policy = make_repartition_policy("vpipe", 0.05);
+  const RepartitionDecision balanced = policy->propose(input({1, 1, 1, 1}, {{0, 2}, {2, 4}}));
+  EXPECT_FALSE(balanced.apply);
+  EXPECT_EQ(balanced.partition, (Partition{{0, 2}, {2, 4}}));
+  // A 25% gain under a 30% threshold: proposed, not applied.
+  const RepartitionDecision small =
+      make_repartition_policy("vpipe", 0.3)
+          ->propose(input({1, 1, 1, 1, 3, 3, 3, 3}, {{0, 4}, {4, 8}}));
+  EXPECT_FALSE(small.apply);
+  EXPECT_NE(small.reason.find("threshold"), std::string::npos) << small.reason;
+  // Four stages, one slow in the middle.
+  const RepartitionDecision four =
+      policy->propose(input({1, 1, 1, 1, 4, 4, 1, 1}, {{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  EXPECT_TRUE(four.apply) << four.reason;
+  EXPECT_LT(four.predicted_cost, 8.0);
+  ASSERT_EQ(four.partition.size(), 4u);
+  for (size_t s = 0; s < 4; ++s) EXPECT_LT(four.partition[s].begin, four.partition[s].end);
+}
+
+TEST(VpipeRepartition, RefusesUnknownPoliciesAndThresholds) {
+  EXPECT_THROW(make_repartition_policy("dynpipe-x", 0.05), Error);
+  EXPECT_THROW(make_repartition_policy("vpipe", 1.0), Error);
+  EXPECT_THROW(make_repartition_policy("vpipe", -0.1), Error);
+}
+
+// The loop on S ranks of one group, the world's sum made here: statistics after step `every`,
+// the decision on the next step, every rank due to move before the step after.
+TEST(RepartitionLoop, EveryRankLearnsRankZerosDecisionAndMovesTogether) {
+  const std::vector<std::string> names{"a", "b", "c", "d", "e", "f", "g", "h"};
+  for (int S : {2, 4}) {
+    SCOPED_TRACE(S);
+    const Partition start = uniform_partition(names.size(), S);
+    RepartitionLoop::Ranges ranges;
+    for (const LayerRange& r : start) ranges.push_back({r.begin, r.end});
+    RepartitionConfig config;
+    config.policy = "vpipe";
+    config.every = 4;
+    std::vector<RepartitionLoop> loops;
+    for (int r = 0; r < S; ++r) loops.emplace_back(config, names, r, r, S, 1, 20);
+    // The last stage is slow: its layers take 5 ms per step, the others 1 ms.
+    std::vector<StageMemoryStats> memory(S);
+    std::vector<RepartitionRecord> records;
+    std::vector<std::optional<Partition>> due(S);
+    for (int64_t step = 0; step < 6; ++step) {
+      std::vector<std::vector<double>> parts;
+      for (int r = 0; r < S; ++r) {
+        StageMemoryStats& m = memory[r];
+        m.first_layer = start[r].begin;
+        const size_t n = start[r].end - start[r].begin;
+        m.layer_forward_seconds.resize(n);
+        m.layer_backward_seconds.resize(n);
+        for (size_t i = 0; i < n; ++i) {
+          m.layer_forward_seconds[i] += r == S - 1 ? 0.002 : 0.0004;
+          m.layer_backward_seconds[i] += r == S - 1 ? 0.003 : 0.0006;
+        }
+        parts.push_back(loops[r].contribution(step, m, 0.001, ranges));
+      }
+      for (int r = 1; r < S; ++r) ASSERT_EQ(parts[r].size(), parts[0].size()) << step;
+      std::vector<double> sum(parts[0].size(), 0.0);
+      for (const auto& p : parts) {
+        for (size_t i = 0; i < p.size(); ++i) sum[i] += p[i];
+      }
+      EXPECT_EQ(sum.empty(), step != 3 && step != 4) << step;
+      for (int r = 0; r < S; ++r) {
+        const auto rec = loops[r].absorb(step, sum, ranges);
+        if (rec) {
+          EXPECT_EQ(r, 0);
+          records.push_back(*rec);
+        }
+        if (step < 4) {
+          EXPECT_FALSE(loops[r].due(step + 1)) << step;
+        }
+      }
+    }
+    ASSERT_EQ(records.size(), 1u);
+    const RepartitionRecord& rec = records[0];
+    EXPECT_EQ(rec.step, 4);
+    EXPECT_EQ(rec.apply_step, 5);
+    EXPECT_TRUE(rec.decision.apply) << rec.decision.reason;
+    EXPECT_NEAR(rec.decision.measured_slowest, 0.001, 1e-12);
+    // The policy saw per-step layer times: 5 ms for the slow stage's layers.
+    EXPECT_NEAR(rec.decision.current_cost, 0.005 * (names.size() / S), 1e-9);
+    for (int r = 0; r < S; ++r) {
+      const auto p = loops[r].due(5);
+      ASSERT_TRUE(p) << "rank " << r;
+      ASSERT_EQ(p->size(), static_cast<size_t>(S));
+      for (int s = 0; s < S; ++s) {
+        EXPECT_EQ((*p)[s].first, rec.decision.partition[s].begin);
+        EXPECT_EQ((*p)[s].second, rec.decision.partition[s].end);
+      }
+      EXPECT_LT((*p)[S - 1].second - (*p)[S - 1].first, start[S - 1].end - start[S - 1].begin);
+      loops[r].migrated();
+      EXPECT_FALSE(loops[r].due(5));
+    }
+  }
+}
+
+// Rank 0's decisions from hand-made sums (4 layers, 2 stages, windows of 3 steps): a move that
+// measures slower is undone at the next decision, and never applied again.
+TEST(RepartitionLoop, AMoveThatMeasuresSlowerIsUndoneAndNotTriedAgain) {
+  RepartitionConfig config;
+  config.policy = "vpipe";
+  config.every = 4;
+  RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
+  const RepartitionLoop::Ranges start{{0, 2}, {2, 4}}, moved{{0, 3}, {3, 4}};
+  // Per-layer seconds and per-stage busy seconds of a 3-step window, then its length.
+  auto sums = [](std::vector<double> layers, std::vector<double> busy) {
+    std::vector<double> v;
+    for (double x : layers) v.push_back(3 * x);
+    for (double x : busy) v.push_back(3 * x);
+    v.push_back(3);
+    return v;
+  };
+  auto first = loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
+  ASSERT_TRUE(first && first->decision.apply) << (first ? first->decision.reason : "");
+  EXPECT_EQ(first->proposed, "a-c,d");
+  EXPECT_FALSE(loop.absorb(4, {1, 3}, start));
+  ASSERT_TRUE(loop.due(5));
+  loop.migrated();
+  // Measured slower after the move (7 > 6): back to the start.
+  auto back = loop.absorb(7, sums({1, 1, 3, 3}, {7, 3}), moved);
+  ASSERT_TRUE(back && back->decision.apply);
+  EXPECT_EQ(back->proposed, "a-b,c-d");
+  EXPECT_NE(back->decision.reason.find("moving back"), std::string::npos) << back->decision.reason;
+  EXPECT_FALSE(loop.absorb(8, {1, 2}, moved));
+  ASSERT_TRUE(loop.due(9));
+  EXPECT_EQ(*loop.due(9), start);
+  loop.migrated();
+  // The policy proposes the same move again: kept.
+  auto again = loop.absorb(11, sums({1, 1, 3, 3}, {2, 6}), start);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->decision.apply);
+  EXPECT_NE(again->decision.reason.find("measured slower"), std::string::npos)
+      << again->decision.reason;
+  EXPECT_FALSE(loop.absorb(12, {0, 0}, start));
+  EXPECT_FALSE(loop.due(13));
+}
+
+TEST(RepartitionLoop, OffDoesNothingAndUnsupportedRunsAreRefused) {
+  RepartitionLoop loop(RepartitionConfig{}, {"a", "b"}, 0, 0, 2, 1, 10);
+  EXPECT_FALSE(loop.active());
+  StageMemoryStats m;
+  for (int64_t step = 0; step < 10; ++step) {
+    EXPECT_TRUE(loop.contribution(step, m, 0.1, {{0, 1}, {1, 2}}).empty());
+  }
+  RepartitionLoop::check(RepartitionConfig{}, false, false, true);  // off: nothing refused
+  RepartitionConfig on;
+  on.policy = "vpipe";
+  EXPECT_THROW(RepartitionLoop::check(on, false, false, false), Error);
+  EXPECT_THROW(RepartitionLoop::check(on, true, false, true), Error);
+  RepartitionLoop::check(on, false, true, false);
+}
+
+}  // namespace
+}  // namespace strata::parallel
