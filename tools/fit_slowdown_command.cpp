@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "engine/check.h"
@@ -29,7 +30,9 @@ CLI::App* add_fit_slowdown_command(CLI::App& app, FitSlowdownOptions& o) {
                   "Comma-separated feature columns (empty = every numeric column but slowdown, "
                   "window, colocated_ms and load_*: what a worker observes, not the load's "
                   "settings)");
-  cmd->add_option("--holdout", o.holdout, "Fraction of the rows held out for the error");
+  cmd->add_option("--holdout", o.holdout,
+                  "Fraction of the rows held out for the error (whole windows when the data set "
+                  "has a 'window' column: its rows share the window's counters)");
   cmd->add_option("--seed", o.seed, "Seed of the held-out split and the forest's subsamples");
   cmd->add_option("--trees", o.trees, "Trees of the forest (one boosting round)");
   cmd->add_option("--subsample", o.subsample, "Fraction of the rows each tree sees");
@@ -69,8 +72,15 @@ int run_fit_slowdown(const FitSlowdownOptions& o) {
   dp::split_holdout(data, o.holdout, o.seed, &train, &test);
   std::printf("data set %s: %zu rows, %zu features (%s)\n", o.data.c_str(), data.rows(),
               data.features.size(), dp::join_names(data.features).c_str());
-  std::printf("held out %zu rows (--holdout %g, --seed %llu), trained on %zu\n", test.rows(),
-              o.holdout, static_cast<unsigned long long>(o.seed), train.rows());
+  std::string unit = "rows";
+  if (!test.group.empty()) {
+    std::vector<int64_t> g = test.group;
+    std::sort(g.begin(), g.end());
+    unit =
+        "rows of " + std::to_string(std::unique(g.begin(), g.end()) - g.begin()) + " whole windows";
+  }
+  std::printf("held out %zu %s (--holdout %g, --seed %llu), trained on %zu\n", test.rows(),
+              unit.c_str(), o.holdout, static_cast<unsigned long long>(o.seed), train.rows());
 
   dp::ForestOptions fo;
   fo.trees = o.trees;
@@ -116,6 +126,9 @@ int run_fit_slowdown(const FitSlowdownOptions& o) {
   std::printf("  %-34s %14.4f %11.3f\n", "linear regression (least squares)", linear_mae,
               linear_us);
   std::printf("  %-34s %14.4f %11s\n", "mean of the training targets", constant_mae, "-");
+  double test_mean = 0.0;
+  for (float y : test.y) test_mean += y;
+  std::printf("  (held-out slowdowns: mean %.4f)\n", test_mean / static_cast<double>(n));
   std::printf("\nforest MAE / linear MAE = %.3f (single-row latency: median of %d predictions)\n",
               linear_mae > 0 ? forest_mae / linear_mae : 0.0, o.latency_repeats);
   return 0;

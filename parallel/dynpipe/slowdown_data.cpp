@@ -70,6 +70,9 @@ SlowdownData read_slowdown_csv(const std::string& path, const std::vector<std::s
     return static_cast<size_t>(it - header.begin());
   };
   const size_t target = column_of(kTargetColumn);
+  const auto window_it = std::find(header.begin(), header.end(), "window");
+  const bool has_window = window_it != header.end();
+  const size_t window = static_cast<size_t>(window_it - header.begin());
 
   // The first data line tells the numeric columns apart (for the default feature set).
   std::vector<std::string> lines;
@@ -113,6 +116,12 @@ SlowdownData read_slowdown_csv(const std::string& path, const std::vector<std::s
         << "data set '" << path << "' line " << line_no << ", column '" << kTargetColumn << "': '"
         << cells[target] << "' is not a finite number";
     data.y.push_back(static_cast<float>(v));
+    if (has_window) {
+      STRATA_CHECK(parse_number(cells[window], &v) && v == std::floor(v))
+          << "data set '" << path << "' line " << line_no << ", column 'window': '" << cells[window]
+          << "' is not a whole number";
+      data.group.push_back(static_cast<int64_t>(v));
+    }
   }
   STRATA_CHECK(data.rows() >= min_rows)
       << "data set '" << path << "' has " << data.rows() << " rows, needs at least " << min_rows;
@@ -126,21 +135,44 @@ void split_holdout(const SlowdownData& data, double holdout, uint64_t seed, Slow
   const size_t held = static_cast<size_t>(std::lround(holdout * static_cast<double>(n)));
   STRATA_CHECK(held >= 1 && held < n)
       << "--holdout " << holdout << " of " << n << " rows leaves no training or held-out rows";
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<bool> held_out(n, false);
+  if (data.group.empty()) {
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t k = 0; k < held; ++k) held_out[order[k]] = true;
+  } else {
+    STRATA_CHECK(data.group.size() == n) << "a group per row";
+    std::vector<int64_t> groups = data.group;
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    STRATA_CHECK(groups.size() >= 2)
+        << "the data set has " << groups.size() << " window: no whole window to hold out";
+    std::shuffle(groups.begin(), groups.end(), rng);
+    size_t count = 0;
+    for (size_t g = 0; g + 1 < groups.size() && count < held; ++g) {
+      for (size_t i = 0; i < n; ++i) {
+        if (data.group[i] == groups[g]) {
+          held_out[i] = true;
+          ++count;
+        }
+      }
+    }
+  }
   const size_t f = data.features.size();
   for (SlowdownData* d : {train, test}) {
     d->features = data.features;
     d->x.clear();
     d->y.clear();
+    d->group.clear();
   }
-  for (size_t k = 0; k < n; ++k) {
-    SlowdownData* d = k < held ? test : train;
-    const float* r = data.row(order[k]);
+  for (size_t i = 0; i < n; ++i) {
+    SlowdownData* d = held_out[i] ? test : train;
+    const float* r = data.row(i);
     d->x.insert(d->x.end(), r, r + f);
-    d->y.push_back(data.y[order[k]]);
+    d->y.push_back(data.y[i]);
+    if (!data.group.empty()) d->group.push_back(data.group[i]);
   }
 }
 

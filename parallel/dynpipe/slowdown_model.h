@@ -36,6 +36,9 @@ struct SlowdownData {
   std::vector<std::string> features;
   std::vector<float> x;  // rows() x features.size()
   std::vector<float> y;
+  // The "window" column when the data set has one (rows of one measurement window share its
+  // counters): split_holdout holds out whole windows. Empty: rows are independent.
+  std::vector<int64_t> group;
   size_t rows() const { return y.size(); }
   const float* row(size_t i) const { return x.data() + i * features.size(); }
 };
@@ -56,7 +59,9 @@ SlowdownData read_slowdown_csv(const std::string& path, const std::vector<std::s
 std::vector<std::string> split_names(const std::string& list);
 std::string join_names(const std::vector<std::string>& names);
 
-// A deterministic split: a `holdout` fraction (0, 1) of the rows, drawn by `seed`, held out.
+// A deterministic split: a `holdout` fraction (0, 1) of the rows, drawn by `seed`, held out;
+// with groups, whole groups (windows) are held out until they hold that fraction of the rows, so
+// that no held-out row shares its window's counters with a training row.
 void split_holdout(const SlowdownData& data, double holdout, uint64_t seed, SlowdownData* train,
                    SlowdownData* test);
 

@@ -4,6 +4,7 @@
 // round trip, and the refusal of a missing, truncated, foreign or other-feature-set file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +71,7 @@ TEST(DynPipeSlowdown, CsvReadsTheDefaultAndChosenColumns) {
   EXPECT_EQ(d.features, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(d.x, (std::vector<float>{1.5f, 3.0f, 2.5f, 4.0f}));
   EXPECT_EQ(d.y, (std::vector<float>{1.25f, 1.0f}));
+  EXPECT_EQ(d.group, (std::vector<int64_t>{0, 1}));
   const SlowdownData chosen = read_slowdown_csv(path, {"b", "load_threads"});
   EXPECT_EQ(chosen.x, (std::vector<float>{3.0f, 2.0f, 4.0f, 0.0f}));
 
@@ -107,6 +109,18 @@ TEST(DynPipeSlowdown, HoldoutSplitIsDeterministicAndDisjoint) {
   EXPECT_NEAR(sum, parts, 1e-3);
   expect_contains(throws_message([&] { split_holdout(d, 1.0, 0, &a, &b); }),
                   "--holdout must be in (0, 1)");
+}
+
+TEST(DynPipeSlowdown, HoldoutKeepsWindowsWhole) {
+  SlowdownData d = synthetic(120, 1, [](const float* x) { return x[0]; });
+  for (size_t i = 0; i < d.rows(); ++i) d.group.push_back(static_cast<int64_t>(i / 12));
+  SlowdownData train, test;
+  split_holdout(d, 0.2, 3, &train, &test);
+  EXPECT_EQ(test.rows(), 24u);  // two windows of 12 rows
+  for (int64_t g : test.group) {
+    EXPECT_EQ(std::count(train.group.begin(), train.group.end(), g), 0) << "window " << g;
+    EXPECT_EQ(std::count(test.group.begin(), test.group.end(), g), 12) << "window " << g;
+  }
 }
 
 TEST(DynPipeSlowdown, LinearRegressionIsExactOnALinearTarget) {
