@@ -12,9 +12,12 @@
 // Solo windows are rows too (load_threads 0): the model must learn what no load looks like.
 // Layers whose solo time is zero (a reshape) are left out.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 

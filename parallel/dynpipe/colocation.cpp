@@ -52,6 +52,8 @@ LoadGenerator::LoadGenerator(const LoadSpec& spec) : spec_(spec) {
   for (int t = 0; t < spec.threads; ++t) {
     threads_.emplace_back([this, t] { run(static_cast<size_t>(t)); });
   }
+  // Every thread's id is known once the constructor returns.
+  while (thread_ids().size() < static_cast<size_t>(spec.threads)) std::this_thread::yield();
 }
 
 LoadGenerator::~LoadGenerator() { stop(); }

@@ -31,7 +31,8 @@ std::string describe_load(const LoadSpec& spec);
 
 class LoadGenerator {
  public:
-  // Starts the threads. Throws strata::Error for threads < 0 or duty outside (0, 1].
+  // Starts the threads (and waits until each has its id). Throws strata::Error for threads < 0 or
+  // duty outside (0, 1].
   explicit LoadGenerator(const LoadSpec& spec);
   ~LoadGenerator();  // stops
   LoadGenerator(const LoadGenerator&) = delete;

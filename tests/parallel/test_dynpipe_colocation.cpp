@@ -40,7 +40,7 @@ TEST(DynPipeColocation, LoadThreadsRunAndAreLeftOutOfTheProcessCounters) {
     spec.memory = memory;
     spec.memory_bytes = 1u << 20;
     LoadGenerator load(spec);
-    while (load.thread_ids().size() < 2) std::this_thread::yield();
+    ASSERT_EQ(load.thread_ids().size(), 2u);
     CounterWindow window(load.thread_ids());
     while (load.busy_periods() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const CpuCounters c = window.finish();
