@@ -50,6 +50,22 @@ if(NOT STB_INCLUDE_DIR)
   message(FATAL_ERROR "stb_image.h not found: install libstb-dev (tools/setup.sh does)")
 endif()
 
+# DynPipe's slowdown model (parallel/dynpipe/slowdown_model.h) is a random forest on XGBoost's C
+# API. Without XGBoost, configure stops unless the forest is left out on purpose with
+# -DSTRATA_WITH_XGBOOST=OFF (then its functions and `strata fit-slowdown` say so when called).
+if(STRATA_WITH_XGBOOST)
+  find_path(XGBOOST_INCLUDE_DIR xgboost/c_api.h)
+  find_library(XGBOOST_LIBRARY NAMES xgboost)
+  if(NOT XGBOOST_INCLUDE_DIR OR NOT XGBOOST_LIBRARY)
+    message(FATAL_ERROR "XGBoost not found (xgboost/c_api.h: ${XGBOOST_INCLUDE_DIR}, libxgboost: "
+      "${XGBOOST_LIBRARY}): install libxgboost-dev (tools/setup.sh does), or configure with "
+      "-DSTRATA_WITH_XGBOOST=OFF to build without DynPipe's slowdown forest")
+  endif()
+  target_include_directories(strata_dependencies INTERFACE ${XGBOOST_INCLUDE_DIR})
+  target_link_libraries(strata_dependencies INTERFACE ${XGBOOST_LIBRARY})
+  target_compile_definitions(strata_dependencies INTERFACE STRATA_HAVE_XGBOOST=1)
+endif()
+
 target_link_libraries(strata_dependencies INTERFACE
   ${OpenBLAS_LIBRARIES} protobuf::libprotobuf ZLIB::ZLIB OpenMP::OpenMP_CXX Threads::Threads
   nlohmann_json::nlohmann_json)

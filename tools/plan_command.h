@@ -48,6 +48,14 @@ struct PlanOptions {
   double dynpipe_noise = -1.0;
   double dynpipe_initial_loss = -1.0;
   int64_t warmup_steps = 0;
+  // DynPipe's re-partition (Algorithm 2, tools/plan_repartition.cpp) of the current plan (the
+  // given --partition, else the dp one) under per-rank slowdowns: given factors, measured stage
+  // times (dynpipe-no-rf), or the slowdown forest with each rank's counters.
+  std::string slowdown;        // "RANK:FACTOR,..."
+  std::string stage_ms;        // "MS,MS,..." measured per stage
+  std::string slowdown_model;  // a forest of `strata fit-slowdown`
+  std::string rank_counters;   // JSON: one object of counters per rank
+  int repartition_top_k = 0;
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& options);

@@ -59,9 +59,11 @@ void add_dynpipe_flags(CLI::App* cmd, PlanOptions& o) {
   cmd->add_option("--warmup-steps", o.warmup_steps,
                   "dynpipe: SGD steps at --dynpipe-lr on micro-batches of the model's data that "
                   "measure L, xi^2 and f(w0) (0 = take them from the flags)");
+  add_repartition_flags(cmd, o);
 }
 
 void check_dynpipe_options(const PlanOptions& o) {
+  check_repartition_options(o);
   if (o.planner != "dynpipe") {
     const PlanOptions d;  // the defaults: any other value was given on the command line
     const std::pair<bool, const char*> flags[] = {
@@ -373,6 +375,14 @@ void print_dynpipe_plan(const PlanOptions& o, const std::vector<parallel::LayerC
         "GPU per stage)\n",
         widths_text(widths).c_str(), partition.c_str());
   }
+  // The current plan of a re-partition: the given partition, else dp's, else the uniform one.
+  const PlannedPartition* current = nullptr;
+  for (const char* name : {"given", "dp", "uniform"}) {
+    for (const PlannedPartition& other : others) {
+      if (current == nullptr && other.planner == name) current = &other;
+    }
+  }
+  if (current != nullptr) print_repartition(o, costs, names, po, *current);
 }
 
 }  // namespace strata::tools

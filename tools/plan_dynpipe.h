@@ -34,7 +34,18 @@ struct PlannedPartition {
   double simulated_ms = 0.0;
 };
 
-// Prints DynPipe's section and the comparison of the planners.
+// Algorithm 2's flags (tools/plan_repartition.cpp): --slowdown, --stage-ms, --slowdown-model,
+// --rank-counters, --repartition-top-k; checked by check_dynpipe_options.
+void add_repartition_flags(CLI::App* plan, PlanOptions& options);
+void check_repartition_options(const PlanOptions& options);
+// With one of --slowdown, --stage-ms or --slowdown-model: the re-partition of `current` (one rank
+// per stage), as a table of the ranks' slowdowns, layers and stage times now and proposed.
+void print_repartition(const PlanOptions& options, const std::vector<parallel::LayerCost>& costs,
+                       const std::vector<std::string>& names,
+                       const parallel::PartitionOptions& partition_options,
+                       const PlannedPartition& current);
+
+// Prints DynPipe's section and the comparison of the planners (and the re-partition when asked).
 void print_dynpipe_plan(const PlanOptions& options, const std::vector<parallel::LayerCost>& costs,
                         const std::vector<std::string>& names,
                         const parallel::PartitionOptions& partition_options,

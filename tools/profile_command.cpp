@@ -38,6 +38,16 @@ CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
   cmd->add_option("--threads", o.threads, "CPU threads for ops (0 = all cores)");
   cmd->add_option("--seed", o.seed, "Seed of the initial weights");
   cmd->add_option("--output", o.output, "Also write the profile as JSON to this file");
+  cmd->add_flag("--colocation", o.colocation,
+                "DynPipe's co-location data set instead: each layer timed alone and beside "
+                "loads of threads competing for the cores, with the CPU's counters (CSV to "
+                "--colocation-output)");
+  cmd->add_option("--colocation-samples", o.colocation_samples,
+                  "--colocation: loaded windows of --steps steps each (solo windows are added "
+                  "before the first and after every fourth)");
+  cmd->add_option("--colocation-output", o.colocation_output, "--colocation: the CSV to write");
+  cmd->add_option("--load-threads", o.load_threads,
+                  "--colocation: the most threads of a load (0 = twice the cores)");
   return cmd;
 }
 
@@ -96,6 +106,11 @@ ModelProfile profile_model(const ProfileOptions& o, std::shared_ptr<const io::Da
 }
 
 int run_profile(const ProfileOptions& o) {
+  if (o.colocation) return run_colocation_profile(o);
+  const ProfileOptions d;
+  STRATA_CHECK(o.colocation_samples == d.colocation_samples && o.colocation_output.empty() &&
+               o.load_threads == d.load_threads)
+      << "--colocation-samples, --colocation-output and --load-threads are flags of --colocation";
   const ModelProfile p = profile_model(o);
   std::printf("profile of %s on %s, batch %lld, %lld steps (%s)\n\n%s", p.model->name().c_str(),
               p.dataset.c_str(), static_cast<long long>(o.batch_size),

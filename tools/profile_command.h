@@ -25,6 +25,12 @@ struct ProfileOptions {
   int threads = 0;
   uint64_t seed = 0;
   std::string output;
+  // --colocation (tools/profile_colocation.cpp): the co-location data set of DynPipe's slowdown
+  // model, to colocation_output (CSV).
+  bool colocation = false;
+  int colocation_samples = 8;  // loaded windows
+  std::string colocation_output;
+  int load_threads = 0;  // the most load threads; 0: twice the cores
 };
 
 // The flags that choose the model and its data (--model, --size, --model-spec, --dataset,
@@ -52,5 +58,7 @@ ModelProfile profile_model(const ProfileOptions& options, std::shared_ptr<const 
 
 CLI::App* add_profile_command(CLI::App& app, ProfileOptions& options);
 int run_profile(const ProfileOptions& options);
+// `strata profile --colocation`.
+int run_colocation_profile(const ProfileOptions& options);
 
 }  // namespace strata::tools

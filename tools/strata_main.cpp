@@ -14,6 +14,7 @@
 #include "tools/common.h"
 #include "tools/convert_command.h"
 #include "tools/eval_command.h"
+#include "tools/fit_slowdown_command.h"
 #include "tools/generate_command.h"
 #include "tools/plan_command.h"
 #include "tools/plot_command.h"
@@ -38,7 +39,7 @@ void print_valid_flags(const CLI::App& app) {
   if (target == &app) {
     std::fprintf(stderr,
                  "commands: train, eval, generate, profile, plan, simulate, bench, prepare-text, "
-                 "tokenize, convert, plot\n");
+                 "tokenize, convert, plot, fit-slowdown\n");
   }
 }
 
@@ -81,6 +82,8 @@ int main(int argc, char** argv) {
   CLI::App* generate_cmd = strata::tools::add_generate_command(app, generate);
   strata::tools::PlotOptions plot;
   CLI::App* plot_cmd = strata::tools::add_plot_command(app, plot);
+  strata::tools::FitSlowdownOptions fit_slowdown;
+  CLI::App* fit_slowdown_cmd = strata::tools::add_fit_slowdown_command(app, fit_slowdown);
 
   try {
     app.parse(argc, argv);
@@ -109,6 +112,7 @@ int main(int argc, char** argv) {
     if (*eval_cmd) return strata::tools::run_eval(eval);
     if (*generate_cmd) return strata::tools::run_generate(generate);
     if (*plot_cmd) return strata::tools::run_plot(plot);
+    if (*fit_slowdown_cmd) return strata::tools::run_fit_slowdown(fit_slowdown);
   } catch (const std::exception& e) {
     strata::tools::print_error(e);
     return 1;

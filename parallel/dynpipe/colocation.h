@@ -1,0 +1,106 @@
+// The co-location side of DynPipe's slowdown model (papers/dynpipe.md Sec. 2.7): a load generator
+// of threads that compete for the CPU's cores (and its memory bandwidth), and the counters Linux
+// exposes in /proc about the machine and this process while it runs: per-core utilization,
+// run-queue length (procs_running of /proc/stat), context switches of the machine (ctxt) and the
+// process's threads' voluntary and involuntary switches (/proc/self/task/*/status).
+//
+// `strata profile --colocation` (tools/profile_colocation.cpp) times a model's layers alone and
+// beside these loads with the counters and writes the data set the forest trains on.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace strata::parallel::dynpipe {
+
+// A co-located load: `threads` threads, each busy for `duty` of every 10 ms period (sleeping the
+// rest), on arithmetic in registers (compute) or streaming through its own buffer (memory).
+struct LoadSpec {
+  int threads = 0;
+  double duty = 1.0;  // (0, 1]
+  bool memory = false;
+  size_t memory_bytes = 32u << 20;  // per thread, memory loads
+};
+std::string describe_load(const LoadSpec& spec);
+
+class LoadGenerator {
+ public:
+  // Starts the threads (and waits until each has its id). Throws strata::Error for threads < 0 or
+  // duty outside (0, 1].
+  explicit LoadGenerator(const LoadSpec& spec);
+  ~LoadGenerator();  // stops
+  LoadGenerator(const LoadGenerator&) = delete;
+  LoadGenerator& operator=(const LoadGenerator&) = delete;
+  void stop();
+  // The kernel thread ids of the load's threads (to leave out of the process's counters).
+  std::vector<int> thread_ids() const;
+  // Busy periods the threads completed (a test's evidence that they ran).
+  uint64_t busy_periods() const { return periods_.load(); }
+
+ private:
+  void run(size_t index);
+  LoadSpec spec_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> periods_{0};
+  mutable std::mutex mutex_;
+  std::vector<int> tids_;
+  std::vector<std::thread> threads_;
+};
+
+// One reading of /proc.
+struct CpuSnapshot {
+  struct Core {
+    uint64_t busy = 0;   // user + nice + system + irq + softirq + steal, clock ticks
+    uint64_t total = 0;  // busy + idle + iowait
+  };
+  std::vector<Core> cores;
+  uint64_t context_switches = 0;  // ctxt of /proc/stat (the machine)
+  uint64_t procs_running = 0;     // of /proc/stat (the run queue, this instant)
+  uint64_t voluntary = 0;         // this process's threads, less the excluded ones
+  uint64_t involuntary = 0;
+  double seconds = 0.0;  // steady clock
+};
+// Reads /proc/stat and /proc/self/task/*/status, leaving out the threads `exclude`. Throws
+// strata::Error naming the file when /proc/stat cannot be read or parsed.
+CpuSnapshot read_cpu_snapshot(const std::vector<int>& exclude = {});
+
+// Counters over a window (the names are the data set's columns).
+struct CpuCounters {
+  double cpu_util_mean = 0.0;  // busy / total over the window, mean over cores, in [0, 1]
+  double cpu_util_max = 0.0;   // of the busiest core
+  double procs_running = 0.0;  // mean of the samples taken during the window
+  double ctxt_per_s = 0.0;     // the machine's context switches per second
+  double voluntary_cs_per_s = 0.0;
+  double involuntary_cs_per_s = 0.0;
+};
+CpuCounters counters_between(const CpuSnapshot& a, const CpuSnapshot& b, double mean_procs_running);
+// Names of CpuCounters' fields in order, and their values.
+std::vector<std::string> counter_names();
+std::vector<double> counter_values(const CpuCounters& c);
+
+// Samples the run queue every `period_ms` on a thread between start and finish.
+class CounterWindow {
+ public:
+  explicit CounterWindow(std::vector<int> exclude, int period_ms = 10);
+  ~CounterWindow();
+  CounterWindow(const CounterWindow&) = delete;
+  CounterWindow& operator=(const CounterWindow&) = delete;
+  CpuCounters finish();
+
+ private:
+  std::vector<int> exclude_;
+  CpuSnapshot start_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> sum_{0}, samples_{0};
+  std::atomic<int> sampler_tid_{0};
+  std::thread sampler_;
+  bool finished_ = false;
+};
+
+}  // namespace strata::parallel::dynpipe

@@ -1,0 +1,214 @@
+// DynPipe's slowdown model and re-partition through the binary: `strata profile --colocation`
+// writes the co-location data set of a tiny model, `strata fit-slowdown` trains the forest on it
+// and on a synthetic non-linear set (where it beats linear regression), and `strata plan --planner
+// dynpipe` re-partitions under --slowdown, --stage-ms (dynpipe-no-rf) and --slowdown-model; bad
+// input is named by its flag or file.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "testing/cli.h"
+
+namespace {
+
+using strata::testing::contains;
+using strata::testing::run_cli;
+
+void expect_all(const std::string& output, const std::vector<std::string>& parts) {
+  for (const std::string& s : parts) {
+    EXPECT_TRUE(contains(output, s)) << "missing '" << s << "' in\n" << output;
+  }
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+// cnn-tiny's twelve layers, each 1 ms forward and 2 ms backward per sample, 1 MB of parameters
+// and no outputs (free links).
+std::string write_profile(const std::string& dir) {
+  const char* names[] = {"conv1", "bn1",   "relu1",   "pool1", "conv2", "bn2",
+                         "relu2", "pool2", "flatten", "fc1",   "relu3", "fc2"};
+  nlohmann::json list = nlohmann::json::array();
+  for (const char* name : names) {
+    list.push_back({{"name", name},
+                    {"forward_ms_per_sample", 1.0},
+                    {"backward_ms_per_sample", 2.0},
+                    {"output_bytes_per_sample", 0.0},
+                    {"activation_bytes_per_sample", 64.0},
+                    {"param_bytes", 1e6}});
+  }
+  const std::string path = dir + "/uniform.json";
+  std::ofstream(path) << nlohmann::json{{"layers", list}}.dump(2);
+  return path;
+}
+
+std::string plan_command(const std::string& profile) {
+  // 2 stages, micro-batches of 4 samples: the dp plan is 6 | 6 layers, 72 ms each.
+  return "plan --model cnn --size tiny --dataset synthetic-images --stages 2 --micro-batches 4 "
+         "--batch-size 16 --bandwidth 10 --planner dynpipe --profile " +
+         profile;
+}
+
+TEST(SlowdownCli, ColocationProfileWritesTheDataSet) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_slowdown_cli_profile");
+  const std::string csv = dir + "/colocation.csv";
+  const auto r = run_cli(
+      "profile --colocation --model cnn --size tiny --dataset synthetic-images --batch-size 8 "
+      "--steps 1 --threads 1 --colocation-samples 2 --load-threads 2 --colocation-output " +
+      csv);
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_all(r.output, {"co-location profile of", "steps per window", "wrote " + csv});
+  const std::vector<std::string> lines = lines_of(csv);
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[0],
+            "layer,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,"
+            "layer_activation_bytes,load_threads,load_duty,load_memory,cpu_util_mean,cpu_util_max,"
+            "procs_running,ctxt_per_s,voluntary_cs_per_s,involuntary_cs_per_s,colocated_ms,"
+            "slowdown");
+  // Windows: solo, 2 loaded, solo; one row per layer of non-zero time in each.
+  std::set<std::string> windows;
+  size_t loaded = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::stringstream row(lines[i]);
+    std::vector<std::string> cells;
+    std::string cell;
+    while (std::getline(row, cell, ',')) cells.push_back(cell);
+    ASSERT_EQ(cells.size(), 17u) << lines[i];
+    windows.insert(cells[1]);
+    if (cells[6] != "0") ++loaded;
+    EXPECT_GT(std::stod(cells[2]), 0.0) << lines[i];
+    EXPECT_NEAR(std::stod(cells[16]), std::stod(cells[15]) / std::stod(cells[2]), 1e-4) << lines[i];
+  }
+  EXPECT_EQ(windows.size(), 4u);
+  EXPECT_EQ(loaded * 2, lines.size() - 1);  // half of the rows are loaded windows'
+  // Bad input named by its flag.
+  const std::string base =
+      "profile --colocation --model cnn --size tiny --dataset synthetic-images --steps 1 ";
+  EXPECT_TRUE(contains(run_cli(base).output, "--colocation needs --colocation-output"));
+  EXPECT_TRUE(contains(run_cli(base + "--colocation-samples 0 --colocation-output x.csv").output,
+                       "--colocation-samples must be 1 to 10000, got 0"));
+  EXPECT_TRUE(contains(run_cli("profile --model cnn --size tiny --dataset synthetic-images "
+                               "--colocation-output x.csv")
+                           .output,
+                       "are flags of --colocation"));
+}
+
+TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_slowdown_cli_fit");
+  const std::string csv = dir + "/synthetic.csv";
+  {
+    std::ofstream out(csv);
+    out << "layer,cpu_util_mean,procs_running,layer_solo_ms,slowdown\n";
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int i = 0; i < 800; ++i) {
+      const double util = u(rng), runq = 4 * u(rng), solo = u(rng);
+      // Slow only past a run queue of 2 (the cores are taken), more for short layers.
+      const double y = 1 + (runq > 2 ? (runq - 2) * (1.5 - solo) : 0.0) + 0.3 * util * util;
+      out << "l" << i << "," << util << "," << runq << "," << solo << "," << y << "\n";
+    }
+  }
+  const std::string model = dir + "/forest.json";
+  const auto r =
+      run_cli("fit-slowdown --data " + csv + " --out " + model + " --seed 3 --threads 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_all(r.output, {"800 rows, 3 features (cpu_util_mean,procs_running,layer_solo_ms)",
+                        "held out 160 rows", "forest: 128 trees", "wrote " + model,
+                        "random forest (XGBoost)", "linear regression (least squares)"});
+  const size_t at = r.output.find("forest MAE / linear MAE = ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double ratio = std::stod(r.output.substr(at + 26));
+  EXPECT_LT(ratio, 0.6) << r.output;
+  EXPECT_GT(ratio, 0.0) << r.output;
+
+  // A plan with the forest: rank 1's counters say its cores are taken.
+  const std::string counters = dir + "/counters.json";
+  std::ofstream(counters)
+      << R"([{"cpu_util_mean": 0.3, "procs_running": 1.0}, {"cpu_util_mean": 1.0, "procs_running": 4.0}])";
+  const auto p = run_cli(plan_command(write_profile(dir)) + " --slowdown-model " + model +
+                         " --rank-counters " + counters);
+  ASSERT_EQ(p.status, 0) << p.output;
+  expect_all(p.output, {"dynpipe re-partition (Algorithm 2; slowdowns: random forest " + model,
+                        "the dp plan on 2 ranks", "proposed: --partition conv1-"});
+
+  // Refusals: missing, truncated, another feature set (a forest of other columns), bad flags.
+  const auto missing = run_cli(plan_command(dir + "/uniform.json") + " --slowdown-model " + dir +
+                               "/none.json --rank-counters " + counters);
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_TRUE(contains(missing.output, "slowdown model '" + dir + "/none.json' is missing"))
+      << missing.output;
+  std::ifstream in(model);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(dir + "/cut.json") << bytes.substr(0, bytes.size() - 100);
+  const auto cut = run_cli(plan_command(dir + "/uniform.json") + " --slowdown-model " + dir +
+                           "/cut.json --rank-counters " + counters);
+  EXPECT_TRUE(contains(cut.output, "slowdown model '" + dir + "/cut.json' is truncated"))
+      << cut.output;
+  const auto lacks = run_cli(plan_command(dir + "/uniform.json") + " --slowdown-model " + model +
+                             " --rank-counters " + dir + "/few.json");
+  EXPECT_TRUE(contains(lacks.output, "cannot read --rank-counters")) << lacks.output;
+  std::ofstream(dir + "/partial.json") << R"([{"cpu_util_mean": 0.3}, {"cpu_util_mean": 1.0}])";
+  const auto partial = run_cli(plan_command(dir + "/uniform.json") + " --slowdown-model " + model +
+                               " --rank-counters " + dir + "/partial.json");
+  EXPECT_TRUE(contains(partial.output,
+                       "feature 'procs_running' is neither a layer's nor among rank 0's counters"))
+      << partial.output;
+  const auto other = run_cli("fit-slowdown --data " + csv + " --out " + dir +
+                             "/other.json --features cpu_util_mean,missing_column");
+  EXPECT_TRUE(contains(other.output, "has no column 'missing_column'")) << other.output;
+  const auto none = run_cli("fit-slowdown --data " + dir + "/none.csv --out " + dir + "/x.json");
+  EXPECT_TRUE(contains(none.output, "cannot read the data set '" + dir + "/none.csv'"))
+      << none.output;
+  EXPECT_TRUE(contains(run_cli("fit-slowdown --help").output, "--holdout"));
+}
+
+TEST(SlowdownCli, PlanRepartitionsUnderGivenAndMeasuredSlowdowns) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_slowdown_cli_plan");
+  const std::string profile = write_profile(dir);
+  // Rank 1 three times slower: 6 | 6 costs max(72, 216) = 216 ms; 9 | 3 costs max(108, 108).
+  const auto r = run_cli(plan_command(profile) + " --slowdown 1:3");
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_all(r.output, {"dynpipe re-partition (Algorithm 2; slowdowns: --slowdown factors): the "
+                        "dp plan on 2 ranks, one per stage, 12 blocks",
+                        "predicted cycle time: current 216.000 ms, proposed 108.000 ms (50.0% "
+                        "lower)",
+                        "proposed: --partition conv1-flatten,fc1-fc2"});
+  // dynpipe-no-rf: measured stage times 72 and 216 ms are slowdowns 1 and 3: the same plan.
+  const auto m = run_cli(plan_command(profile) + " --stage-ms 72,216");
+  ASSERT_EQ(m.status, 0) << m.output;
+  expect_all(m.output, {"dynpipe-no-rf: measured stage times over solo",
+                        "proposed: --partition conv1-flatten,fc1-fc2"});
+  // No interference: the dp plan is kept. A given partition is the current plan.
+  expect_all(run_cli(plan_command(profile) + " --slowdown 0:1").output,
+             {"the current plan is kept"});
+  expect_all(
+      run_cli(plan_command(profile) + " --partition conv1-relu2,pool2-fc2 --slowdown 0:2").output,
+      {"the given plan on 2 ranks", "proposed: --partition conv1-pool1,conv2-fc2"});
+  // Bad input by flag.
+  expect_all(run_cli(plan_command(profile) + " --slowdown 2:3").output,
+             {"--slowdown: rank '2' is not one of the plan's ranks 0-1"});
+  expect_all(run_cli(plan_command(profile) + " --slowdown 1:-3").output,
+             {"--slowdown: '-3' is not a positive number"});
+  expect_all(run_cli(plan_command(profile) + " --stage-ms 72").output,
+             {"--stage-ms has 1 times for the 2 stages of the current plan (dp)"});
+  expect_all(run_cli(plan_command(profile) + " --slowdown 1:3 --stage-ms 72,216").output,
+             {"give one of --slowdown, --stage-ms and --slowdown-model"});
+  expect_all(run_cli("plan --model cnn --size tiny --dataset synthetic-images --profile " +
+                     profile + " --slowdown 1:3")
+                 .output,
+             {"are flags of --planner dynpipe"});
+}
+
+}  // namespace
