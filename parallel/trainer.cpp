@@ -753,42 +753,27 @@ TrainSummary Trainer::run() {
 
   // Per-stage utilization and memory, gathered on every rank (reported by rank 0).
   add_memory_stats(&memory, executor->memory_stats());
-  const std::vector<double> mine{report.busy_seconds,
-                                 report.wall_seconds,
-                                 static_cast<double>(ctx_.allocator().stats().peak),
-                                 static_cast<double>(memory.swapped_out_bytes),
-                                 swap_pool_ ? static_cast<double>(swap_pool_->stats().peak) : 0.0,
-                                 memory.recompute_seconds,
-                                 memory.swap_wait_seconds,
-                                 static_cast<double>(memory.max_micro_batches),
-                                 injector.stats().seconds,
-                                 injector.stats().slow_seconds,
-                                 injector.stats().grow_seconds,
-                                 injector.stats().load_seconds};
-  const int n = world_ != nullptr ? world_->size() : 1;
-  const size_t fields = mine.size();
-  std::vector<double> all(static_cast<size_t>(n) * fields, 0.0);
-  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(rank_ * fields));
-  world_sum(world_, &all, "stage reports");
+  StageReport mine{rank_,
+                   group_,
+                   stage_,
+                   pipeline_.partition[stage_].first,
+                   pipeline_.partition[stage_].second,
+                   report.busy_seconds,
+                   report.wall_seconds};
+  mine.peak_bytes = static_cast<double>(ctx_.allocator().stats().peak);
+  mine.swapped_bytes = static_cast<double>(memory.swapped_out_bytes);
+  mine.swap_pool_peak_bytes = swap_pool_ ? static_cast<double>(swap_pool_->stats().peak) : 0.0;
+  mine.recompute_seconds = memory.recompute_seconds;
+  mine.swap_wait_seconds = memory.swap_wait_seconds;
+  mine.max_micro_batches = static_cast<double>(memory.max_micro_batches);
+  mine.injected_seconds = injector.stats().seconds;
+  mine.slow_seconds = injector.stats().slow_seconds;
+  mine.grow_seconds = injector.stats().grow_seconds;
+  mine.load_seconds = injector.stats().load_seconds;
+  summary.stages = gather_stage_reports(world_, rank_, mine);
   double idle = 0.0;
-  for (int r = 0; r < n; ++r) {
-    const double* f = all.data() + static_cast<size_t>(r) * fields;
-    StageReport s{
-        r,    r / S, r % S, pipeline_.partition[r % S].first, pipeline_.partition[r % S].second,
-        f[0], f[1]};
-    s.peak_bytes = f[2];
-    s.swapped_bytes = f[3];
-    s.swap_pool_peak_bytes = f[4];
-    s.recompute_seconds = f[5];
-    s.swap_wait_seconds = f[6];
-    s.max_micro_batches = f[7];
-    s.injected_seconds = f[8];
-    s.slow_seconds = f[9];
-    s.grow_seconds = f[10];
-    s.load_seconds = f[11];
-    idle += s.idle_fraction();
-    summary.stages.push_back(s);
-  }
+  for (const StageReport& s : summary.stages) idle += s.idle_fraction();
+  const int n = static_cast<int>(summary.stages.size());
   summary.measured_bubble = idle / n;
   summary.theoretical_bubble = theoretical_bubble_fraction(pipeline_.schedule, S, M);
   if (!config_.save_weights.empty()) {

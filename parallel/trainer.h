@@ -199,6 +199,11 @@ struct StageReport {
   double load_seconds = 0.0;
 };
 
+// Every rank's report, in rank order, from each rank's own (`mine`, the fields but `rank`): one
+// all-reduce over `world` (null: a single process), so every rank must call it.
+std::vector<StageReport> gather_stage_reports(Communicator* world, int rank,
+                                              const StageReport& mine);
+
 // One rank's part of a step (TrainObserver::on_rank_step).
 struct RankStepRecord {
   int64_t step = 0;  // optimizer steps done
