@@ -1,11 +1,29 @@
-// gather_stage_reports (parallel/trainer.h): every rank's StageReport as one all-reduce of a
-// rank-by-field table, each rank filling its own row.
+// What the trainers report from every rank (parallel/trainer.h): the summed evaluation, and
+// every rank's StageReport as one all-reduce of a rank-by-field table, each rank filling its row.
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "engine/check.h"
 #include "parallel/trainer.h"
 
 namespace strata::parallel {
+
+EvalRecord summed_eval_record(const std::vector<double>& sums, int64_t step, int64_t epoch,
+                              double seconds) {
+  STRATA_CHECK_EQ(sums.size(), 4u) << "summed_eval_record: {loss, counted, top-1, top-5}";
+  EvalRecord r;
+  r.split = "test";
+  r.step = step;
+  r.epoch = epoch;
+  r.samples = static_cast<int64_t>(sums[1]);
+  const double n = std::max(sums[1], 1.0);
+  r.loss = sums[0] / n;
+  r.accuracy = sums[2] / n;
+  r.top5 = sums[3] / n;
+  r.seconds = seconds;
+  return r;
+}
 
 std::vector<StageReport> gather_stage_reports(Communicator* world, int rank,
                                               const StageReport& mine) {

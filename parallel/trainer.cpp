@@ -359,17 +359,7 @@ EvalRecord Trainer::evaluate(int64_t step, int64_t epoch) {
                static_cast<double>(s.top5)};
   }
   world_sum(world_, &metrics, "evaluation metrics");
-  EvalRecord r;
-  r.split = "test";
-  r.step = step;
-  r.epoch = epoch;
-  r.samples = static_cast<int64_t>(metrics[1]);
-  const double n = std::max(metrics[1], 1.0);
-  r.loss = metrics[0] / n;
-  r.accuracy = metrics[2] / n;
-  r.top5 = metrics[3] / n;
-  r.seconds = seconds_since(start);
-  return r;
+  return summed_eval_record(metrics, step, epoch, seconds_since(start));
 }
 
 TrainSummary Trainer::run() {

@@ -199,6 +199,11 @@ struct StageReport {
   double load_seconds = 0.0;
 };
 
+// The evaluation record from metrics summed over the ranks: {loss sum, rows counted, top-1 hits,
+// top-5 hits} (parallel/stage_reports.cpp).
+EvalRecord summed_eval_record(const std::vector<double>& sums, int64_t step, int64_t epoch,
+                              double seconds);
+
 // Every rank's report, in rank order, from each rank's own (`mine`, the fields but `rank`): one
 // all-reduce over `world` (null: a single process), so every rank must call it.
 std::vector<StageReport> gather_stage_reports(Communicator* world, int rank,

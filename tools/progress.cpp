@@ -28,6 +28,32 @@ void ConsoleReporter::clear_live_line() {
   live_line_shown_ = false;
 }
 
+nlohmann::json train_record(const parallel::StepRecord& r) {
+  nlohmann::json record = {{"type", "train"},
+                           {"step", r.step},
+                           {"epoch", r.epoch},
+                           {"loss", r.loss},
+                           {"lr", r.lr},
+                           {"grad_norm", r.grad_norm},
+                           {"samples_per_s", r.samples_per_s},
+                           {"elapsed_s", r.elapsed_s},
+                           {"skipped", r.skipped_steps}};
+  if (r.loss_scale > 0) record["loss_scale"] = r.loss_scale;
+  if (r.sync) {  // the epoch so far
+    record["sync_groups"] = r.sync->groups;
+    record["sync_mean_group"] = r.sync->mean_group();
+    record["sync_enforcement_waits"] = r.sync->enforcement_waits;
+    record["sync_skipped_validations"] = r.sync->skipped_validations;
+    record["sync_staleness_waits"] = r.sync->staleness_waits;
+  }
+  return record;
+}
+
+nlohmann::json eval_record(const parallel::EvalRecord& r) {
+  return {{"type", "eval"}, {"split", r.split},       {"step", r.step}, {"epoch", r.epoch},
+          {"loss", r.loss}, {"accuracy", r.accuracy}, {"top5", r.top5}, {"samples", r.samples}};
+}
+
 void ConsoleReporter::on_step(const parallel::StepRecord& r) {
   if (!live_) return;
   // Redraw at most ~10 times a second.
@@ -84,26 +110,7 @@ void ConsoleReporter::on_log(const parallel::StepRecord& r) {
                r.lr, r.grad_norm, r.samples_per_s, format_duration(r.elapsed_s).c_str(),
                format_duration(r.eta_s).c_str(), extra, sync.c_str());
   std::fflush(out_);
-  if (metrics_ != nullptr) {
-    nlohmann::json record = {{"type", "train"},
-                             {"step", r.step},
-                             {"epoch", r.epoch},
-                             {"loss", r.loss},
-                             {"lr", r.lr},
-                             {"grad_norm", r.grad_norm},
-                             {"samples_per_s", r.samples_per_s},
-                             {"elapsed_s", r.elapsed_s},
-                             {"skipped", r.skipped_steps}};
-    if (r.loss_scale > 0) record["loss_scale"] = r.loss_scale;
-    if (r.sync) {  // the epoch so far
-      record["sync_groups"] = r.sync->groups;
-      record["sync_mean_group"] = r.sync->mean_group();
-      record["sync_enforcement_waits"] = r.sync->enforcement_waits;
-      record["sync_skipped_validations"] = r.sync->skipped_validations;
-      record["sync_staleness_waits"] = r.sync->staleness_waits;
-    }
-    metrics_->write(record);
-  }
+  if (metrics_ != nullptr) metrics_->write(train_record(r));
 }
 
 void ConsoleReporter::on_eval(const parallel::EvalRecord& r) {
@@ -115,16 +122,7 @@ void ConsoleReporter::on_eval(const parallel::EvalRecord& r) {
                r.loss, 100.0 * r.accuracy, 100.0 * r.top5, static_cast<long long>(r.samples),
                r.seconds);
   std::fflush(out_);
-  if (metrics_ != nullptr) {
-    metrics_->write({{"type", "eval"},
-                     {"split", r.split},
-                     {"step", r.step},
-                     {"epoch", r.epoch},
-                     {"loss", r.loss},
-                     {"accuracy", r.accuracy},
-                     {"top5", r.top5},
-                     {"samples", r.samples}});
-  }
+  if (metrics_ != nullptr) metrics_->write(eval_record(r));
 }
 
 void ConsoleReporter::on_migration(const parallel::MigrationRecord& r) {

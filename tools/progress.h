@@ -13,6 +13,11 @@
 
 namespace strata::tools {
 
+// The --metrics records of a logged step ({"type":"train",...}, with the loss scale and the
+// replicas' sync counters when the run has them) and of an evaluation ({"type":"eval",...}).
+nlohmann::json train_record(const parallel::StepRecord& r);
+nlohmann::json eval_record(const parallel::EvalRecord& r);
+
 std::string format_duration(double seconds);  // "1:23", "1:02:03"
 
 class ConsoleReporter final : public parallel::TrainObserver {

@@ -8,6 +8,7 @@
 #include "parallel/arraypipe/array_trainer.h"
 #include "parallel/arraypipe/scheduler.h"
 #include "tools/common.h"
+#include "tools/progress.h"
 
 namespace strata::tools {
 namespace {
@@ -26,16 +27,9 @@ class ArrayReporter final : public ap::ArrayObserver {
         static_cast<long long>(r.epoch + 1), r.loss, r.lr, r.grad_norm, r.samples_per_s);
     std::fflush(stdout);
     if (metrics_ != nullptr && metrics_->enabled()) {
-      metrics_->write({{"type", "train"},
-                       {"job", job},
-                       {"step", r.step},
-                       {"epoch", r.epoch},
-                       {"loss", r.loss},
-                       {"lr", r.lr},
-                       {"grad_norm", r.grad_norm},
-                       {"samples_per_s", r.samples_per_s},
-                       {"elapsed_s", r.elapsed_s},
-                       {"skipped", r.skipped_steps}});
+      nlohmann::json record = train_record(r);
+      record["job"] = job;
+      metrics_->write(record);
     }
   }
 
@@ -45,15 +39,9 @@ class ArrayReporter final : public ap::ArrayObserver {
                 static_cast<long long>(r.samples));
     std::fflush(stdout);
     if (metrics_ != nullptr && metrics_->enabled()) {
-      metrics_->write({{"type", "eval"},
-                       {"job", job},
-                       {"split", r.split},
-                       {"step", r.step},
-                       {"epoch", r.epoch},
-                       {"loss", r.loss},
-                       {"accuracy", r.accuracy},
-                       {"top5", r.top5},
-                       {"samples", r.samples}});
+      nlohmann::json record = eval_record(r);
+      record["job"] = job;
+      metrics_->write(record);
     }
   }
 

@@ -294,17 +294,7 @@ EvalRecord ArrayTrainer::evaluate(Job& job, int64_t step, int64_t epoch) {
   std::vector<double> metrics{s.loss, static_cast<double>(s.counted), static_cast<double>(s.top1),
                               static_cast<double>(s.top5)};
   world_sum(world_, &metrics, "--array: job " + std::to_string(job.index) + "'s evaluation");
-  EvalRecord r;
-  r.split = "test";
-  r.step = step;
-  r.epoch = epoch;
-  r.samples = static_cast<int64_t>(metrics[1]);
-  const double n = std::max(metrics[1], 1.0);
-  r.loss = metrics[0] / n;
-  r.accuracy = metrics[2] / n;
-  r.top5 = metrics[3] / n;
-  r.seconds = seconds_since(start);
-  return r;
+  return summed_eval_record(metrics, step, epoch, seconds_since(start));
 }
 
 ArraySummary ArrayTrainer::run() {
