@@ -12,8 +12,8 @@
 //       other rank and a gradient back, every step) while a LiveTransfer
 //       (parallel/runtime/live_transfer.h) moves --mb MiB from rank 0 to rank 1 from step 10; per
 //       variant (whole tensors at normal priority; 1 MiB chunks, 4 MiB window, nice 19) the median
-//       step time before and during the transfer and the steps the transfer took. Under mpirun -np
-//       2 with --backend mpi, the same over MPI.
+//       step time before and during the transfer, the slowest step during it, and the steps the
+//       transfer took. Under mpirun -np 2 with --backend mpi, the same over MPI.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -179,6 +179,7 @@ double train_step(Communicator& pipe, Tensor& act, Tensor& scratch, int work) {
 
 struct TransferRun {
   double before = 0, during = 0;  // median step seconds
+  double worst = 0;               // the slowest step during the transfer
   int64_t steps = 0;              // steps from the first post to the last arrival
 };
 
@@ -233,6 +234,7 @@ TransferRun transfer_run(Communicator& pipe, Communicator& migrate, int64_t mb, 
   TransferRun out;
   out.before = median(before);
   out.during = median(during);
+  out.worst = during.empty() ? 0.0 : *std::max_element(during.begin(), during.end());
   out.steps = finished < 0 ? -1 : finished - started + 1;
   return out;
 }
@@ -249,14 +251,14 @@ void transfer_on(Communicator& pipe, Communicator& migrate, int64_t mb, int64_t 
     std::sort(runs.begin(), runs.end(),
               [](const TransferRun& a, const TransferRun& b) { return a.during < b.during; });
     const TransferRun& m = runs[runs.size() / 2];
-    std::printf("%-44s %10.2f %10.2f %8lld\n", name, m.before * 1e3, m.during * 1e3,
-                static_cast<long long>(m.steps));
+    std::printf("%-44s %10.2f %10.2f %10.2f %8lld\n", name, m.before * 1e3, m.during * 1e3,
+                m.worst * 1e3, static_cast<long long>(m.steps));
   };
   std::printf(
       "%lld MiB moved from step 10 (%s, %d interleaved repeats, median of the runs by "
-      "step time during)\n%-44s %10s %10s %8s\n",
+      "step time during)\n%-44s %10s %10s %10s %8s\n",
       static_cast<long long>(mb), pipe.backend().c_str(), repeats, "variant", "ms before",
-      "ms during", "steps");
+      "ms during", "max during", "steps");
   report("whole tensors, no window, normal priority", whole);
   report("1 MiB chunks, 4 MiB window, nice 19", chunked);
 }
