@@ -59,6 +59,7 @@
 #include "parallel/comm/local_comm.h"
 #include "parallel/gropipe/preset.h"
 #include "parallel/partition/partition.h"
+#include "parallel/partition/projection.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
 #include "tools/bench/grad_sync_recorder.h"
@@ -406,11 +407,24 @@ void mode_accuracy(const Options& o, const Workload& w, const Workload* device,
   }
   // The cost model's step time of each layout: its runs interleaved, so load hits them alike.
   std::vector<std::vector<double>> ms_per_step(layouts.size());
+  std::vector<double> compute_ms(layouts.size());  // the layers' own time (Eq. 1's projection)
   if (device != nullptr) {
     std::vector<parallel::PipelineConfig> pipelines;
     for (size_t l = 0; l < layouts.size(); ++l) {
       pipelines.push_back(pipeline_of(o, *device, layouts[l].first, layouts[l].second, micro[l],
                                       true, o.delay, mpi));
+      const int64_t rows = o.batch_size / layouts[l].first / micro[l];
+      const std::vector<parallel::LayerCost> costs = device->costs(rows);
+      std::vector<double> forward, backward;
+      for (const auto& [begin, end] : pipelines[l].partition) {
+        forward.push_back(0.0);
+        backward.push_back(0.0);
+        for (size_t i = begin; i < end; ++i) {
+          forward.back() += costs[i].forward_ms * static_cast<double>(rows);
+          backward.back() += costs[i].backward_ms * static_cast<double>(rows);
+        }
+      }
+      compute_ms[l] = parallel::projected_step_time(forward, backward, micro[l]);
     }
     for (int r = 0; r < o.repeats; ++r) {
       for (size_t l = 0; l < layouts.size(); ++l) {
@@ -435,14 +449,16 @@ void mode_accuracy(const Options& o, const Workload& w, const Workload* device,
     std::printf(
         "  step, epoch, cpu s, cpu samples/s: the real training on this CPU; %s ms/step: a run "
         "of %lld steps on %s (layers not computed), median of %d, the first %lld not timed; "
-        "%s s = step x %s ms/step\n",
+        "%s s = step x %s ms/step; compute ms: the layers' own time per step on it (Eq. 1's "
+        "projection, the rest is this CPU's work: all-reduce, optimizer, data, hand-offs)\n",
         o.device_model.c_str(), static_cast<long long>(o.steps), device->costs_source.c_str(),
         o.repeats, static_cast<long long>(o.warmup), o.device_model.c_str(),
         o.device_model.c_str());
   }
-  std::printf("  %-8s %3s %6s %6s %6s %8s %14s %12s %8s\n", "N x k", "M", "micro", "step", "epoch",
-              "cpu s", "cpu samples/s", device ? (o.device_model + " ms/step").c_str() : "",
-              device ? (o.device_model + " s").c_str() : "");
+  std::printf("  %-8s %3s %6s %6s %6s %8s %14s %12s %8s %10s\n", "N x k", "M", "micro", "step",
+              "epoch", "cpu s", "cpu samples/s",
+              device ? (o.device_model + " ms/step").c_str() : "",
+              device ? (o.device_model + " s").c_str() : "", device ? "compute ms" : "");
   std::fflush(stdout);
   for (size_t l = 0; l < layouts.size(); ++l) {
     const auto [n, k] = layouts[l];
@@ -464,7 +480,7 @@ void mode_accuracy(const Options& o, const Workload& w, const Workload* device,
       const double ms = median(ms_per_step[l]);
       char seconds[32] = "-";
       if (hit) std::snprintf(seconds, sizeof seconds, "%.1f", 1e-3 * ms * r.step_to_target);
-      std::printf(" %12.2f %8s", ms, seconds);
+      std::printf(" %12.2f %8s %10.2f", ms, seconds, compute_ms[l]);
     }
     std::printf("   last eval %.2f%%%s\n", 100 * r.final_accuracy, hit ? "" : " (not reached)");
   }
