@@ -5,6 +5,7 @@
 //   gropipe_bench --mode delay --delays 0,1                # --dp-delay 0 vs 1, interleaved
 //   gropipe_bench --mode sweep [--ranks 4]                 # throughput over N x k and M
 //   gropipe_bench --mode accuracy --target 0.80            # time to a test accuracy, 3 layouts
+//   gropipe_bench --mode accuracy --device-model t4        # ... and on the device's cost model
 //   mpirun -np 4 gropipe_bench --mode overlap              # the same on MPI ranks
 //
 // --system gropipe (the default) runs the paper's configuration (parallel/gropipe/preset.h): gpipe,
@@ -33,8 +34,14 @@
 //                          at the micro-batch's rows, times --time-scale (timed_layer.h); with
 //                          --device-compute on the layer also runs (real accuracy), off it does
 //                          not (zeros, for throughput and overlap only).
+//
+// --mode accuracy with --device-model: the steps each layout needs to reach the target come from
+// its real training on this CPU (the arithmetic is the device's too), and its time per step from
+// a throughput run on the cost model (--device-compute off; median of --repeats runs of --steps,
+// --warmup not timed), so the device's time to the target is steps x cost-model step time. The
+// table shows both, the real CPU run's seconds beside the cost model's.
 #include <algorithm>
-#include <chrono>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -48,21 +55,15 @@
 
 #include "engine/check.h"
 #include "engine/exec_context.h"
-#include "graph/model_spec.h"
-#include "graph/profiler.h"
-#include "graph/train_step.h"
-#include "io/datasets.h"
 #include "models/registry.h"
 #include "parallel/comm/local_comm.h"
 #include "parallel/gropipe/preset.h"
 #include "parallel/partition/partition.h"
-#include "parallel/sim/cost_model.h"
+#include "parallel/partition/projection.h"
 #include "parallel/topology.h"
 #include "parallel/trainer.h"
-#include "tools/bench/bench_random.h"
 #include "tools/bench/grad_sync_recorder.h"
-#include "tools/bench/timed_layer.h"
-#include "tools/bench/timed_linear.h"
+#include "tools/bench/gropipe_workload.h"
 #ifdef STRATA_WITH_MPI
 #include "parallel/comm/mpi_comm.h"
 #endif
@@ -70,218 +71,21 @@
 namespace strata {
 namespace {
 
-struct Options {
-  std::string mode = "overlap";
-  std::string system = "gropipe";  // gropipe (the paper's configuration) or custom
-  std::string model = "mlp-wide";  // or a registry model (resnet, vgg, cnn, ...)
-  std::string size = "tiny";
-  int width = 1024;  // mlp-wide: hidden units
-  int depth = 8;     // mlp-wide: linear layers
-  int groups = 2, stages = 2, ranks = 4;
-  int64_t micro_batches = 4;
-  int64_t batch_size = 32;
-  int64_t steps = 12, warmup = 3;
-  int repeats = 5;
-  double bucket_mb = 25.0;
-  int delay = 0;
-  std::string delays = "0,1";           // delay mode
-  std::string buffer_channels = "own";  // delay mode: own and/or shared, for batch-norm models
-  std::string micro_list = "1,2,4,8";
-  double target = 0.80;    // accuracy mode
-  int64_t max_epochs = 3;  // accuracy mode
-  int64_t micro_size =
-      0;            // accuracy mode: samples per micro-batch (M per layout); 0: --micro-batches
-  int threads = 0;  // per process; 0 = all cores
-  double compute_ms = 0;             // mlp-wide: > 0: each linear layer lasts this (backward twice)
-  double compute_ms_per_sample = 0;  // ... plus this per sample of its micro-batch
-  std::string device_model;          // registry models: layers timed by this device's model
-  double time_scale = 1.0;           // ... times this
-  std::string device_compute = "on";  // ... and the layers run (on) or not (off)
-  int64_t image_size = 32;            // synthetic images (throughput modes)
-};
+using bench::Options;
+using bench::Workload;
+using bench::workload;
 
-proto::ModelSpec mlp_wide(const Options& o) {
-  std::string text = "name: \"mlp_wide\" input { shape: [" + std::to_string(o.width) + "] }\n";
-  for (int l = 0; l < o.depth; ++l) {
-    const int out = l + 1 == o.depth ? 10 : o.width;
-    text += "layer { name: \"fc" + std::to_string(l) +
-            "\" type: \"linear\" linear { out_features: " + std::to_string(out) + " } }\n";
-    if (l + 1 < o.depth)
-      text += "layer { name: \"relu" + std::to_string(l) + "\" type: \"relu\" }\n";
-  }
-  return graph::parse_model_spec(text, "mlp-wide");
-}
-
-struct Workload {
-  proto::ModelSpec spec;
-  parallel::ModelBuilder build;  // set: the model is built by this (its spec only names layers)
-  std::shared_ptr<const io::Dataset> train, test;
-  // Per-layer costs (ms per sample) at micro-batches of `rows`, for AMPA (--system gropipe).
-  std::function<std::vector<parallel::LayerCost>(int64_t rows)> costs;
-  std::string costs_source;
-};
-
-// NVIDIA T4 (the paper's GPU, Table III): 65 TFLOP/s fp16 tensor cores, 8.1 TFLOP/s fp32,
-// 320 GB/s GDDR6, 16 GB, PCIe 3 x16.
-parallel::sim::DeviceSpec device_spec(const std::string& name) {
-  if (name != "t4") return parallel::sim::builtin_device(name);
-  parallel::sim::DeviceSpec t4;
-  t4.name = "t4";
-  t4.peak_flops = 65e12;
-  t4.peak_flops_tf32 = 8.1e12;
-  t4.peak_flops_fp32 = 8.1e12;
-  t4.memory_bandwidth = 320e9;
-  t4.memory_bytes = 16e9;
-  t4.nvlink_bandwidth = 0.0;
-  t4.host_bandwidth = 12e9;
-  t4.launch_seconds = 5e-6;
-  return t4;
-}
-
-// Per-layer profile of a model on this CPU at `rows` samples per call (the median of three
-// profiles of four calls each, after a warm-up call).
-std::vector<parallel::LayerCost> profile_costs(const Workload& w, int64_t rows, int threads) {
-  std::unique_ptr<graph::Model> model = w.build ? w.build() : graph::build_model(w.spec);
-  ExecContext ctx(Device::cpu(), nullptr, threads);
-  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
-  store.initialize(1);
-  Shape shape{rows};
-  for (int64_t d : model->input_shape()) shape.push_back(d);
-  const Tensor x = Tensor::full(shape, 0.1);
-  const Tensor target = Tensor::zeros({rows}, DType::kI64);
-  std::vector<std::vector<double>> forward(model->size()), backward(model->size());
-  std::vector<parallel::LayerCost> costs;
-  for (int run = 0; run < 3; ++run) {
-    graph::LayerProfiler profiler(*model);
-    for (int step = 0; step < 5; ++step) {
-      graph::ForwardOptions fwd;
-      fwd.step = step;
-      graph::train_forward_backward(ctx, *model, {x}, target, {}, fwd, &profiler);
-      store.zero_grads(ctx);
-      if (step == 0) profiler.reset();
-    }
-    costs = parallel::layer_costs(profiler.layers());
-    for (size_t l = 0; l < model->size(); ++l) {
-      forward[l].push_back(costs[l].forward_ms);
-      backward[l].push_back(costs[l].backward_ms);
-    }
-  }
-  for (size_t l = 0; l < costs.size(); ++l) {
-    std::sort(forward[l].begin(), forward[l].end());
-    std::sort(backward[l].begin(), backward[l].end());
-    costs[l].forward_ms = forward[l][1];
-    costs[l].backward_ms = backward[l][1];
-  }
-  return costs;
-}
-
-Workload workload(const Options& o, bool real_data) {
-  Workload w;
-  if (o.model == "mlp-wide") {
-    STRATA_CHECK(!real_data) << "--mode accuracy needs an image model (--model resnet)";
-    w.train = std::make_shared<tools::RandomFeatures>(1 << 16, o.width);
-    w.spec = mlp_wide(o);
-    if (o.compute_ms > 0) {
-      // The same layers with a fixed duration each: the compute leaves the CPU free, as on an
-      // accelerator, and the all-reduce (real, of the real gradient buffers) has it to itself.
-      const auto forward = std::chrono::microseconds(static_cast<int64_t>(o.compute_ms * 1000));
-      const auto per_row =
-          std::chrono::microseconds(static_cast<int64_t>(o.compute_ms_per_sample * 1000));
-      const Options opts = o;
-      w.build = [opts, forward, per_row] {
-        auto model = std::make_unique<graph::Model>("mlp_wide_timed", Shape{opts.width});
-        for (int l = 0; l < opts.depth; ++l) {
-          const int out = l + 1 == opts.depth ? 10 : opts.width;
-          model->add(std::make_unique<bench::TimedLinear>("fc" + std::to_string(l), opts.width, out,
-                                                          forward, per_row));
-          if (l + 1 < opts.depth) {
-            model->add(std::make_unique<graph::ReluLayer>("relu" + std::to_string(l)));
-          }
-        }
-        return model;
-      };
-      // The timed layers' durations (ReLUs: free).
-      w.costs = [opts](int64_t rows) {
-        std::vector<parallel::LayerCost> costs;
-        const double ms = (opts.compute_ms + opts.compute_ms_per_sample * rows) / rows;
-        for (int l = 0; l < opts.depth; ++l) {
-          costs.push_back({"fc" + std::to_string(l), ms, 2 * ms});
-          if (l + 1 < opts.depth) costs.push_back({"relu" + std::to_string(l), 0.0, 0.0});
-        }
-        return costs;
-      };
-      w.costs_source = "the timed layers' durations";
-    }
-  } else {
-    io::DatasetOptions d;
-    d.image_size = real_data ? 0 : o.image_size;  // Fashion-MNIST keeps its 28x28
-    d.augment = false;
-    w.train = io::open_dataset(real_data ? "fashion-mnist" : "synthetic-images", "", "train", d);
-    if (real_data) w.test = io::open_dataset("fashion-mnist", "", "test", d);
-    w.spec =
-        models::model_spec(o.model, o.size, w.train->input_spec().shape, w.train->num_classes());
-  }
-  if (!o.device_model.empty()) {
-    // Every layer timed by the device's cost model (parallel/sim/cost_model.h) of its work.
-    STRATA_CHECK(o.model != "mlp-wide") << "--device-model applies to registry models (--model)";
-    const std::unique_ptr<graph::Model> base = graph::build_model(w.spec);
-    const parallel::sim::DeviceSpec device = device_spec(o.device_model);
-    parallel::sim::DeviceCostOptions dc;
-    dc.peak_flops = device.peak_flops_fp32;
-    dc.causal_attention = false;
-    dc.optimizer_slots = 1;
-    const parallel::sim::CostModel cost = parallel::sim::device_cost_model(
-        parallel::sim::model_work(*base, &w.spec, parallel::sim::WorkOptions{}), device, dc);
-    std::vector<proto::ModelSpec> one_layer;  // layer l alone, on the input it receives
-    for (size_t l = 0; l < base->size(); ++l) {
-      proto::ModelSpec one;
-      one.set_name(w.spec.name());
-      for (int64_t dim : base->shape_before(l)) one.mutable_input()->add_shape(dim);
-      one.mutable_input()->set_dtype(dtype_name(base->specs_before(l).at(0).dtype));
-      *one.add_layer() = w.spec.layer(static_cast<int>(l));
-      one.mutable_layer(0)->set_name(base->layer(l).name());
-      one_layer.push_back(one);
-    }
-    const double scale = o.time_scale;
-    const bool compute = o.device_compute == "on";
-    const Shape input = base->input_shape();
-    const DType input_dtype = base->input_dtype();
-    const std::string name = w.spec.name() + "_" + o.device_model;
-    w.build = [one_layer, cost, scale, compute, input, input_dtype, name] {
-      auto model = std::make_unique<graph::Model>(name, input, input_dtype);
-      for (size_t l = 0; l < one_layer.size(); ++l) {
-        model->add(std::make_unique<bench::TimedLayer>(graph::build_model(one_layer[l]), 0,
-                                                       cost.layers[l].forward_s,
-                                                       cost.layers[l].backward_s, scale, compute));
-      }
-      return model;
-    };
-    std::vector<std::string> names;
-    for (size_t l = 0; l < base->size(); ++l) names.push_back(base->layer(l).name());
-    w.costs = [cost, scale, names](int64_t rows) {
-      std::vector<parallel::LayerCost> costs;
-      for (size_t l = 0; l < cost.layers.size(); ++l) {
-        const parallel::sim::LayerModel& m = cost.layers[l];
-        costs.push_back({names[l], 1e3 * scale * m.forward_s.at(rows) / rows,
-                         1e3 * scale * m.backward_s.at(rows) / rows, m.work.output_bytes});
-      }
-      return costs;
-    };
-    w.costs_source = device.name + "'s cost model x " + std::to_string(scale);
-  }
-  if (!w.costs) {
-    const int threads = o.threads;
-    w.costs = [w, threads](int64_t rows) { return profile_costs(w, rows, threads); };
-    w.costs_source = "profiled on this CPU";
-  }
-  return w;
-}
-
-// Records the trainer's clock at every step and the evaluations (rank 0).
+// Records the trainer's clock at every step and the evaluations (rank 0); with `stop`, asks the
+// ranks to stop once an evaluation reaches `target`.
 class Clock final : public parallel::TrainObserver {
  public:
   void on_step(const parallel::StepRecord& r) override { elapsed.push_back(r.elapsed_s); }
-  void on_eval(const parallel::EvalRecord& r) override { evals.push_back({r.step, r.accuracy}); }
+  void on_eval(const parallel::EvalRecord& r) override {
+    evals.push_back({r.step, r.accuracy});
+    if (stop != nullptr && r.accuracy >= target) stop->store(1);
+  }
+  std::atomic<int64_t>* stop = nullptr;
+  double target = 0.0;
   std::vector<double> elapsed;
   std::vector<std::pair<int64_t, double>> evals;  // (step, accuracy)
 };
@@ -356,15 +160,23 @@ parallel::PipelineConfig pipeline_of(const Options& o, const Workload& w, int gr
 
 // Runs one configuration on `world` (MPI) or on local threads; every rank returns rank 0's result.
 Result run(const Options& o, const Workload& w, const parallel::PipelineConfig& p,
-           const parallel::TrainConfig& config, parallel::Communicator* mpi_world) {
+           const parallel::TrainConfig& base_config, parallel::Communicator* mpi_world) {
   Result result;
   std::mutex mutex;
   const int ranks = p.groups * p.stages;
   const int cores =
       o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+  // Accuracy mode: the run ends at the first evaluation that reaches the target.
+  parallel::RunControl control;
+  parallel::TrainConfig config = base_config;
+  if (o.mode == "accuracy" && config.eval_every > 0) config.control = &control;
   auto body = [&](parallel::Communicator* world, int threads, const parallel::PipelineConfig& p) {
     ExecContext ctx(Device::cpu(), nullptr, threads);
     Clock clock;
+    if (config.control != nullptr) {
+      clock.stop = &control.stop;
+      clock.target = o.target;
+    }
     const bool root = world == nullptr || world->rank() == 0;
     std::unique_ptr<parallel::Trainer> made =
         w.build ? std::make_unique<parallel::Trainer>(ctx, w.build, w.train, w.test, config, p,
@@ -569,52 +381,110 @@ void mode_sweep(const Options& o, const Workload& w, parallel::Communicator* mpi
   }
 }
 
-void mode_accuracy(const Options& o, const Workload& w, parallel::Communicator* mpi, bool root) {
+// Time to the target for 2x2, 4x1 (data parallelism, the paper's DP baseline) and 1x4 (one
+// pipeline, its PP baseline), trained on this CPU; with `device` (--device-model), each layout's
+// steps to the target times its step time on the device's cost model as well.
+void mode_accuracy(const Options& o, const Workload& w, const Workload* device,
+                   parallel::Communicator* mpi, bool root) {
   const int64_t per_epoch = w.train->size() / o.batch_size;
   parallel::TrainConfig c = train_config(o, 0);
   c.steps = 0;
   c.epochs = o.max_epochs;
   c.eval_every = std::max<int64_t>(1, per_epoch / 4);
   c.optimizer.schedule.base_lr = 0.05;
-  if (root) {
-    std::printf(
-        "time to %.1f%% test accuracy on Fashion-MNIST, %s %s, batch %lld, %s, at most %lld "
-        "epochs (%lld steps each; evaluation every %lld steps, not timed):\n",
-        100 * o.target, o.model.c_str(), o.size.c_str(), static_cast<long long>(o.batch_size),
-        o.micro_size > 0 ? ("micro-batches of " + std::to_string(o.micro_size)).c_str()
-                         : ("M=" + std::to_string(o.micro_batches)).c_str(),
-        static_cast<long long>(o.max_epochs), static_cast<long long>(per_epoch),
-        static_cast<long long>(c.eval_every));
-    std::printf("  %-6s %3s %10s %8s %8s %9s %11s\n", "N x k", "M", "micro", "step", "epoch",
-                "seconds", "samples/s");
-    std::fflush(stdout);
-  }
-  for (const auto& [n, k] : std::vector<std::pair<int, int>>{{2, 2}, {4, 1}, {1, 4}}) {
-    int64_t micro = o.micro_batches;
+  const std::vector<std::pair<int, int>> layouts = {{2, 2}, {4, 1}, {1, 4}};
+  std::vector<int64_t> micro(layouts.size(), o.micro_batches);
+  std::vector<Result> real(layouts.size());
+  for (size_t l = 0; l < layouts.size(); ++l) {
+    const auto [n, k] = layouts[l];
     if (o.micro_size > 0) {
       STRATA_CHECK(o.batch_size % (n * o.micro_size) == 0)
           << "--batch-size " << o.batch_size << " is not a multiple of " << n
           << " groups x --micro-size " << o.micro_size;
-      micro = o.batch_size / n / o.micro_size;
+      micro[l] = o.batch_size / n / o.micro_size;
     }
-    const Result r = run(o, w, pipeline_of(o, w, n, k, micro, true, o.delay, mpi), c, mpi);
-    if (root) {
-      const std::string shape = std::to_string(n) + "x" + std::to_string(k);
-      if (r.seconds_to_target >= 0) {
-        std::printf("  %-6s %3lld %10lld %8lld %8.2f %9.1f %11.1f   final %.2f%%\n", shape.c_str(),
-                    static_cast<long long>(micro), static_cast<long long>(o.batch_size / n / micro),
-                    static_cast<long long>(r.step_to_target),
-                    static_cast<double>(r.step_to_target) / static_cast<double>(per_epoch),
-                    r.seconds_to_target, r.samples_per_s, 100 * r.final_accuracy);
-      } else {
-        std::printf("  %-6s %3lld %10lld %8s %8s %9s %11.1f   final %.2f%% (not reached)\n",
-                    shape.c_str(), static_cast<long long>(micro),
-                    static_cast<long long>(o.batch_size / n / micro), "-", "-", "-",
-                    r.samples_per_s, 100 * r.final_accuracy);
+    real[l] = run(o, w, pipeline_of(o, w, n, k, micro[l], true, o.delay, mpi), c, mpi);
+  }
+  // The cost model's step time of each layout: its runs interleaved, so load hits them alike.
+  std::vector<std::vector<double>> ms_per_step(layouts.size());
+  std::vector<double> compute_ms(layouts.size());  // the layers' own time (Eq. 1's projection)
+  if (device != nullptr) {
+    std::vector<parallel::PipelineConfig> pipelines;
+    for (size_t l = 0; l < layouts.size(); ++l) {
+      pipelines.push_back(pipeline_of(o, *device, layouts[l].first, layouts[l].second, micro[l],
+                                      true, o.delay, mpi));
+      const int64_t rows = o.batch_size / layouts[l].first / micro[l];
+      const std::vector<parallel::LayerCost> costs = device->costs(rows);
+      std::vector<double> forward, backward;
+      for (const auto& [begin, end] : pipelines[l].partition) {
+        forward.push_back(0.0);
+        backward.push_back(0.0);
+        for (size_t i = begin; i < end; ++i) {
+          forward.back() += costs[i].forward_ms * static_cast<double>(rows);
+          backward.back() += costs[i].backward_ms * static_cast<double>(rows);
+        }
       }
-      std::fflush(stdout);
+      compute_ms[l] = parallel::projected_step_time(forward, backward, micro[l]);
+    }
+    for (int r = 0; r < o.repeats; ++r) {
+      for (size_t l = 0; l < layouts.size(); ++l) {
+        const Result t = run(o, *device, pipelines[l], train_config(o, o.steps), mpi);
+        ms_per_step[l].push_back(1e3 * static_cast<double>(o.batch_size) / t.samples_per_s);
+      }
     }
   }
+  if (!root) return;
+  std::printf(
+      "dp: data parallelism (the paper's DP baseline), pp: one pipeline (its PP baseline)\n");
+  std::printf(
+      "time to %.1f%% test accuracy on Fashion-MNIST (%lld test samples), %s %s, batch %lld, "
+      "%s, at most %lld epochs (%lld steps each; evaluation every %lld steps, not timed):\n",
+      100 * o.target, static_cast<long long>(w.test->size()), o.model.c_str(), o.size.c_str(),
+      static_cast<long long>(o.batch_size),
+      o.micro_size > 0 ? ("micro-batches of " + std::to_string(o.micro_size)).c_str()
+                       : ("M=" + std::to_string(o.micro_batches)).c_str(),
+      static_cast<long long>(o.max_epochs), static_cast<long long>(per_epoch),
+      static_cast<long long>(c.eval_every));
+  if (device != nullptr) {
+    std::printf(
+        "  step, epoch, cpu s, cpu samples/s: the real training on this CPU; %s ms/step: a run "
+        "of %lld steps on %s (layers not computed), median of %d, the first %lld not timed; "
+        "%s s = step x %s ms/step; compute ms: the layers' own time per step on it (Eq. 1's "
+        "projection, the rest is this CPU's work: all-reduce, optimizer, data, hand-offs)\n",
+        o.device_model.c_str(), static_cast<long long>(o.steps), device->costs_source.c_str(),
+        o.repeats, static_cast<long long>(o.warmup), o.device_model.c_str(),
+        o.device_model.c_str());
+  }
+  std::printf("  %-8s %3s %6s %6s %6s %8s %14s %12s %8s %10s\n", "N x k", "M", "micro", "step",
+              "epoch", "cpu s", "cpu samples/s",
+              device ? (o.device_model + " ms/step").c_str() : "",
+              device ? (o.device_model + " s").c_str() : "", device ? "compute ms" : "");
+  std::fflush(stdout);
+  for (size_t l = 0; l < layouts.size(); ++l) {
+    const auto [n, k] = layouts[l];
+    const Result& r = real[l];
+    const bool hit = r.seconds_to_target >= 0;
+    const char* role = k == 1 ? " dp" : n == 1 ? " pp" : "";  // the paper's DP and PP baselines
+    std::printf("  %-8s %3lld %6lld", (std::to_string(n) + "x" + std::to_string(k) + role).c_str(),
+                static_cast<long long>(micro[l]),
+                static_cast<long long>(o.batch_size / n / micro[l]));
+    if (hit) {
+      std::printf(" %6lld %6.2f %8.1f", static_cast<long long>(r.step_to_target),
+                  static_cast<double>(r.step_to_target) / static_cast<double>(per_epoch),
+                  r.seconds_to_target);
+    } else {
+      std::printf(" %6s %6s %8s", "-", "-", "-");
+    }
+    std::printf(" %14.1f", r.samples_per_s);
+    if (device != nullptr) {
+      const double ms = median(ms_per_step[l]);
+      char seconds[32] = "-";
+      if (hit) std::snprintf(seconds, sizeof seconds, "%.1f", 1e-3 * ms * r.step_to_target);
+      std::printf(" %12.2f %8s %10.2f", ms, seconds, compute_ms[l]);
+    }
+    std::printf("   last eval %.2f%%%s\n", 100 * r.final_accuracy, hit ? "" : " (not reached)");
+  }
+  std::fflush(stdout);
 }
 
 int bench_main(int argc, char** argv) {
@@ -651,6 +521,8 @@ int bench_main(int argc, char** argv) {
                  "shared (queued behind the gradient buckets, as before), or own,shared");
   app.add_option("--target", o.target, "accuracy mode: test accuracy to reach");
   app.add_option("--max-epochs", o.max_epochs, "accuracy mode: epochs at most");
+  app.add_option("--test-samples", o.test_samples,
+                 "accuracy mode: evaluate on the first this many test samples (0: all)");
   app.add_option(
       "--micro-size", o.micro_size,
       "accuracy mode: samples per micro-batch, M chosen per layout (0: --micro-batches)");
@@ -665,7 +537,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--device-model", o.device_model,
                  "Registry models: every layer lasts what the simulator's device model gives "
                  "for its work on this GPU (t4, a100, h100, h200), times --time-scale "
-                 "(empty: real CPU compute only)");
+                 "(empty: real CPU compute only); accuracy mode: the layouts' steps to the "
+                 "target from real training, times their step time on this cost model");
   app.add_option("--time-scale", o.time_scale, "with --device-model: the factor on its times");
   app.add_option("--device-compute", o.device_compute,
                  "with --device-model: on (the layers also run: real accuracy) or off (they "
@@ -693,7 +566,17 @@ int bench_main(int argc, char** argv) {
   }
 #endif
   const bool root = mpi == nullptr || mpi->rank() == 0;
-  const Workload w = workload(o, o.mode == "accuracy");
+  STRATA_CHECK(o.test_samples >= 0) << "--test-samples must be >= 0";
+  // Accuracy mode trains on this CPU; a device model gives the step times of separate runs.
+  Options real = o;
+  std::unique_ptr<Workload> device;
+  if (o.mode == "accuracy" && !o.device_model.empty()) {
+    real.device_model.clear();
+    Options timed = o;
+    timed.device_compute = "off";
+    device = std::make_unique<Workload>(workload(timed, true));
+  }
+  const Workload w = workload(real, o.mode == "accuracy");
   const size_t layers = static_cast<size_t>(w.spec.layer_size());
   if (root) {
     std::printf("gropipe_bench: %s on %s, %zu layers, %s\n", w.spec.name().c_str(),
@@ -704,6 +587,7 @@ int bench_main(int argc, char** argv) {
           parallel::preset_flags(parallel::gropipe_preset()).c_str(),
           o.delay != 0 ? ("; overridden: --dp-delay " + std::to_string(o.delay)).c_str() : "",
           w.costs_source.c_str());
+      if (device) std::printf("cost-model runs: AMPA on %s\n", device->costs_source.c_str());
     } else {
       std::printf("system custom: 1f1b, buckets of %s MiB, the even split\n",
                   std::to_string(o.bucket_mb).c_str());
@@ -713,7 +597,7 @@ int bench_main(int argc, char** argv) {
   if (o.mode == "overlap") mode_overlap(o, w, mpi.get(), root);
   if (o.mode == "delay") mode_delay(o, w, mpi.get(), root);
   if (o.mode == "sweep") mode_sweep(o, w, mpi.get(), root);
-  if (o.mode == "accuracy") mode_accuracy(o, w, mpi.get(), root);
+  if (o.mode == "accuracy") mode_accuracy(o, w, device.get(), mpi.get(), root);
   return 0;
 }
 
