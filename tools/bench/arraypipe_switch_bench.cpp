@@ -168,8 +168,8 @@ Row no_sharing(const Options& o) {
   }
   device.reset_peak();
   std::vector<double> t;
+  std::unique_ptr<graph::Model> model;  // outlives the store (which unbinds its layers)
   std::unique_ptr<graph::ParamStore> store;
-  std::unique_ptr<graph::Model> model;
   for (int r = 0; r < o.repeats + 1; ++r) {
     const auto start = Clock::now();
     store.reset();
