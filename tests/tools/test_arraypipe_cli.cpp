@@ -388,7 +388,7 @@ TEST(ArrayPipeCli, BadArraysAreRefusedNamingTheJobAndSetting) {
            {"\"lr=1e-3,2e-3\" --array-slots 0", "--array-slots must be >= 1"},
            {"\"lr=1e-3,2e-3\" --array-slots two", "--array-slots must be a number"},
            {"\"lr=1e-3,2e-3\" --array-slots auto", "--array-slots auto needs --mem-limit"},
-           {"\"lr=1e-3,2e-3\" --array-slots auto --mem-limit 64KiB",
+           {"\"lr=1e-3,2e-3\" --array-slots auto --mem-limit 64KiB --partition uniform",
             "--mem-limit 64KiB is too small for one job of the array"},
        }) {
     SCOPED_TRACE(c.array);
