@@ -4,11 +4,13 @@
 #include <cstdio>
 
 #include "engine/check.h"
+#include "graph/model_spec.h"
 #include "io/datasets.h"
 #include "parallel/arraypipe/array_trainer.h"
 #include "parallel/arraypipe/scheduler.h"
 #include "tools/common.h"
 #include "tools/progress.h"
+#include "tools/train_array_memory.h"
 
 namespace strata::tools {
 namespace {
@@ -71,12 +73,8 @@ std::vector<ap::ArrayJob> array_jobs(const TrainOptions& o) {
   STRATA_CHECK(o.schedule == "gpipe" || o.schedule == "1f1b")
       << "--array: each job's blocks are whole mini-batches (a synchronous step); --schedule "
       << o.schedule << " is not supported";
-  STRATA_CHECK(o.checkpoint_dir.empty() && o.resume.empty())
-      << "--array: checkpoints (--checkpoint-dir, --resume) are not supported yet; each job's "
-         "final weights go to --save-weights with -job-i";
-  STRATA_CHECK(o.clip_grad_norm == 0.0)
-      << "--array: --clip-grad-norm needs the global norm, a collective inside the update that "
-         "would wait on another stage's later block";
+  STRATA_CHECK(o.save_every == 0 || !o.checkpoint_dir.empty())
+      << "--save-every needs --checkpoint-dir (with --array: each job's under DIR/job-i)";
   STRATA_CHECK(o.nan_policy == "abort")
       << "--array: --nan-policy skip needs the global norm in the update; under abort a job "
          "whose loss is not finite leaves the array and the others go on";
@@ -90,6 +88,7 @@ std::vector<ap::ArrayJob> array_jobs(const TrainOptions& o) {
       << "--array: --loss-scale " << o.loss_scale << " is not supported";
   STRATA_CHECK(o.precision != "fp16") << "--array: --precision fp16 (loss scaling) is not "
                                          "supported; use bf16";
+  if (!o.array_slots.empty()) parse_array_slots(o);
   ap::check_array_batch_sizes(jobs, static_cast<int>(o.batch_size),
                               static_cast<int>(o.micro_batches), "--micro-batches");
   return jobs;
@@ -153,9 +152,17 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
     }
     std::fflush(stdout);
   }
+  ap::ArrayMemoryOptions memory;
+  {
+    const std::unique_ptr<graph::Model> model = graph::build_model(spec);
+    const ArraySlots slots = array_slots(o, train, *model, pipeline, configs);
+    memory.slots = slots.slots;
+    if (rank == 0 && !slots.line.empty()) std::printf("%s\n", slots.line.c_str());
+  }
+  memory.host_pool_bytes = parse_bytes(o.swap_pool);
   ArrayReporter reporter(metrics);
   ap::ArrayTrainer trainer(ctx, spec, std::move(train), std::move(test), configs, pipeline,
-                           scheduler, world, rank == 0 ? &reporter : nullptr);
+                           scheduler, world, rank == 0 ? &reporter : nullptr, memory);
   const ap::ArraySummary summary = trainer.run();
   if (rank != 0) return;
   const ap::ScheduleResult& s = summary.schedule;
@@ -166,6 +173,21 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
       static_cast<long long>(summary.iterations), summary.train_seconds, s.algorithm.c_str(),
       s.makespan, s.proven_optimal ? ", proven optimal" : "", s.seconds,
       static_cast<long long>(summary.reschedules), static_cast<long long>(summary.switches));
+  const ap::SlotStats& m = summary.slots;
+  std::string peaks, pools;
+  for (size_t s = 0; s < summary.peak_bytes.size(); ++s) {
+    peaks += (s ? ", " : "") + format_bytes(static_cast<size_t>(summary.peak_bytes[s]));
+    pools += (s ? ", " : "") + format_bytes(static_cast<size_t>(summary.host_pool_peak_bytes[s]));
+  }
+  std::printf(
+      "array memory: %d slots per stage, state %s per job; stage 0: %lld loads (%lld "
+      "prefetched), %lld offloads, %lld stalls (%lld not prefetched, %.3fs waiting), %.3fs "
+      "waiting for evictions; allocator peak per rank: %s%s%s; host pool peak: %s\n",
+      m.slots, format_bytes(m.state_bytes).c_str(), static_cast<long long>(m.loads),
+      static_cast<long long>(m.prefetched), static_cast<long long>(m.offloads),
+      static_cast<long long>(m.stalls), static_cast<long long>(m.not_prefetched), m.stall_seconds,
+      m.offload_wait_seconds, peaks.c_str(), o.mem_limit.empty() ? "" : " (--mem-limit ",
+      o.mem_limit.empty() ? "" : (o.mem_limit + ")").c_str(), pools.c_str());
   for (size_t i = 0; i < summary.jobs.size(); ++i) {
     const ap::ArrayJobSummary& j = summary.jobs[i];
     char accuracy[64] = "";
@@ -173,10 +195,12 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
       std::snprintf(accuracy, sizeof(accuracy), ", test accuracy %.2f%%",
                     100.0 * j.last_eval->accuracy);
     }
-    std::printf("job %zu: %lld steps, last loss %.4f%s%s%s%s\n", i, static_cast<long long>(j.steps),
-                j.last_loss, accuracy, j.stopped ? " (stopped: " : "",
-                j.stopped ? (j.why + ")").c_str() : "",
-                j.weights_path.empty() ? "" : (", weights " + j.weights_path).c_str());
+    std::printf("job %zu: %lld steps, last loss %.4f%s%s%s%s%s%s\n", i,
+                static_cast<long long>(j.steps), j.last_loss, accuracy,
+                j.stopped ? " (stopped: " : "", j.stopped ? (j.why + ")").c_str() : "",
+                j.weights_path.empty() ? "" : (", weights " + j.weights_path).c_str(),
+                j.resumed_from.empty() ? "" : (", resumed from " + j.resumed_from).c_str(),
+                j.last_checkpoint.empty() ? "" : (", checkpoint " + j.last_checkpoint).c_str());
   }
   std::fflush(stdout);
   if (metrics != nullptr && metrics->enabled()) {
@@ -189,7 +213,17 @@ void run_array_rank(const TrainOptions& o, const proto::ModelSpec& spec,
                     {"iterations", summary.iterations},
                     {"reschedules", summary.reschedules},
                     {"train_seconds", summary.train_seconds},
-                    {"switches_stage0", summary.switches}});
+                    {"switches_stage0", summary.switches},
+                    {"slots", m.slots},
+                    {"state_bytes", m.state_bytes},
+                    {"loads_stage0", m.loads},
+                    {"prefetched_stage0", m.prefetched},
+                    {"offloads_stage0", m.offloads},
+                    {"stalls_stage0", m.stalls},
+                    {"not_prefetched_stage0", m.not_prefetched},
+                    {"stall_seconds_stage0", m.stall_seconds},
+                    {"peak_bytes", summary.peak_bytes},
+                    {"host_pool_peak_bytes", summary.host_pool_peak_bytes}});
     for (size_t i = 0; i < summary.jobs.size(); ++i) {
       const ap::ArrayJobSummary& j = summary.jobs[i];
       metrics->write({{"type", "job"},

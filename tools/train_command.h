@@ -115,6 +115,7 @@ struct TrainOptions {
   std::string array_mode = "grid";
   std::string array_scheduler = "bnb";
   int array_bnb_max = 30;
+  std::string array_slots;  // "" (every job resident), K, or "auto" (under --mem-limit)
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& options);

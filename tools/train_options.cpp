@@ -305,6 +305,12 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"bnb", "ga", "fifo", "gpipe", "serial"}));
   cmd->add_option("--array-bnb-max", o.array_bnb_max,
                   "--array-scheduler bnb: the most jobs Branch and Bound schedules (GA beyond)");
+  cmd->add_option("--array-slots", o.array_slots,
+                  "--array: block-state slots per stage, K >= 1 (the other jobs' parameters, "
+                  "batch-norm statistics and optimizer state wait in the host pool and are "
+                  "prefetched in the task graph's order; the numbers do not change), or auto: "
+                  "the most slots that the memory model fits in --mem-limit (printed with its "
+                  "inputs). Default: every job resident");
   cmd->parse_complete_callback([cmd, &o] {
     apply_system(&o, [cmd](const std::string& flag) { return cmd->count(flag) > 0; });
   });
@@ -384,6 +390,8 @@ void check_train_flags(const TrainOptions& o) {
   for_flag("--lr-schedule", [&] { return ops::parse_lr_schedule(o.lr_schedule); });
   for_flag("--schedule", [&] { return parallel::parse_schedule(o.schedule); });
   for_flag("--nan-policy", [&] { return parallel::parse_nan_policy(o.nan_policy); });
+  STRATA_CHECK(o.array_slots.empty() || !o.array.empty())
+      << "--array-slots needs --array (the slots hold the jobs' block states)";
   if (!o.array.empty()) array_jobs(o);  // the spec and what an array cannot combine with
   if (o.loss_scale != "auto") {
     for_flag("--loss-scale", [&] { return parallel::parse_loss_scale(o.loss_scale); });

@@ -5,9 +5,12 @@
 #include <cmath>
 
 #include "engine/check.h"
+#include "engine/cuda_runtime.h"
 #include "engine/log.h"
 #include "graph/model_spec.h"
 #include "models/weight_files.h"
+#include "parallel/arraypipe/array_checkpoints.h"
+#include "parallel/checkpointing.h"
 #include "parallel/final_weights.h"
 #include "parallel/micro_batches.h"
 #include "parallel/runtime/executor.h"
@@ -58,6 +61,10 @@ bool is_update(OpCode op) { return op == OpCode::kReduceGrads || op == OpCode::k
 
 }  // namespace
 
+bool splits_tied_parameter(const graph::Model& model, const PipelineConfig& pipeline) {
+  return pipeline.partition.size() > 1 && split_tied(model, pipeline).has_value();
+}
+
 std::string job_weights_path(const std::string& path, int job) {
   const std::string suffix = "-job-" + std::to_string(job);
   const size_t slash = path.find_last_of('/');
@@ -74,6 +81,8 @@ struct ArrayTrainer::Job {
   TrainConfig config;
   int64_t total = 0;
   int64_t per_epoch = 0;
+  int64_t start = 0;    // steps done before this run (its checkpoint's)
+  int64_t samples = 0;  // training samples seen, those before this run included
   std::unique_ptr<Communicator> pipe, tied;
   std::unique_ptr<LoaderMicroBatches> source;
   std::unique_ptr<Executor> executor;
@@ -91,10 +100,11 @@ ArrayTrainer::ArrayTrainer(ExecContext& ctx, const proto::ModelSpec& spec,
                            std::shared_ptr<const io::Dataset> train,
                            std::shared_ptr<const io::Dataset> test, std::vector<TrainConfig> jobs,
                            const PipelineConfig& pipeline, const SchedulerOptions& scheduler,
-                           Communicator* world, ArrayObserver* observer)
+                           Communicator* world, ArrayObserver* observer,
+                           const ArrayMemoryOptions& memory)
     : ArrayTrainer(
           ctx, [spec] { return graph::build_model(spec); }, std::move(train), std::move(test),
-          std::move(jobs), pipeline, scheduler, world, observer) {
+          std::move(jobs), pipeline, scheduler, world, observer, memory) {
   spec_ = spec;  // recorded in the weights files
 }
 
@@ -102,7 +112,8 @@ ArrayTrainer::ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
                            std::shared_ptr<const io::Dataset> train,
                            std::shared_ptr<const io::Dataset> test, std::vector<TrainConfig> jobs,
                            const PipelineConfig& pipeline, const SchedulerOptions& scheduler,
-                           Communicator* world, ArrayObserver* observer)
+                           Communicator* world, ArrayObserver* observer,
+                           const ArrayMemoryOptions& memory)
     : ctx_(ctx),
       build_(build),
       train_(std::move(train)),
@@ -134,8 +145,28 @@ ArrayTrainer::ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
   binder_ = std::make_unique<Binder>(*model_, begin, end, ctx.allocator(), compute);
   const std::optional<std::pair<int, int>> tied =
       S > 1 ? split_tied(*model_, pipeline_) : std::nullopt;
-  deferred_updates_ = tied.has_value();
+  // A job that clips its gradients by their global norm sums the norm over the stages inside its
+  // update (a collective): its updates wait for the end of the iteration too.
+  bool clips = false;
+  for (const TrainConfig& c : configs_) clips = clips || c.optimizer.clip_grad_norm > 0;
+  deferred_updates_ = tied.has_value() || (S > 1 && clips);
   const int owner_stage = tied ? tied->first : -1, user_stage = tied ? tied->second : -1;
+  // The memory manager: K slots, the other jobs' states in a host pool (pinned for a GPU, plain
+  // memory for the CPU's emulated device; its own limit, not counted against --mem-limit).
+  const int J = static_cast<int>(configs_.size());
+  STRATA_CHECK(memory.slots >= 0) << "--array-slots must be >= 1, got " << memory.slots;
+  const int K = memory.slots == 0 ? J : std::min(memory.slots, J);
+  if (K < J) {
+    if (ctx.device().is_cuda()) {
+      host_pool_ = std::make_unique<cuda::PinnedHostAllocator>();
+    } else {
+      host_pool_ = std::make_unique<CpuAllocator>();
+    }
+    host_pool_->set_limit(memory.host_pool_bytes);
+    copies_ = std::make_unique<CopyEngine>(ctx, *host_pool_, "--swap-pool");
+    if (memory.copy_delay.count() > 0) copies_->set_copy_delay(memory.copy_delay);
+  }
+  slots_ = std::make_unique<StateSlots>(*binder_, K, copies_.get(), deferred_updates_);
   const int64_t M = pipeline_.micro_batches;
   for (size_t i = 0; i < configs_.size(); ++i) {
     TrainConfig& c = configs_[i];
@@ -154,6 +185,7 @@ ArrayTrainer::ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
     if (!c.init_weights.empty()) {
       models::load_weights(c.init_weights, *model_, binder_->store(id));
     }
+    slots_->admit(id);
     // Each job's own communicators (collective over the world, the same order on every rank).
     if (world != nullptr && world->size() > 1) {
       j->pipe = world->split(0, stage_);
@@ -166,7 +198,15 @@ ArrayTrainer::ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
   }
 }
 
-ArrayTrainer::~ArrayTrainer() = default;
+ArrayTrainer::~ArrayTrainer() {
+  // The executors (over the stores), the copies in flight, then the stores, some of whose
+  // buffers live in the host pool, which goes last.
+  jobs_.clear();
+  slots_.reset();
+  copies_.reset();
+  binder_.reset();
+  host_pool_.reset();
+}
 
 ScheduleResult ArrayTrainer::make_task_graph(const std::vector<int>& members,
                                              const SchedulerOptions& options) {
@@ -260,7 +300,7 @@ void ArrayTrainer::run_block(Job& job, const Block& block, int64_t step) {
 
 void ArrayTrainer::update(Job& job, int64_t step) {
   const auto start = Clock::now();
-  binder_->bind(job.index);
+  slots_->use(job.index);
   const Program program{{OpCode::kReduceGrads, -1}, {OpCode::kOptimizerStep, -1}};
   const StepStats stats = job.executor->run(program, *job.source);
   job.step.lr = stats.lr;
@@ -285,7 +325,7 @@ EvalRecord ArrayTrainer::evaluate(Job& job, int64_t step, int64_t epoch) {
   ec.seed = c.seed;
   ec.loss = c.loss;
   ec.optimizer = c.optimizer;
-  binder_->bind(job.index);
+  slots_->use(job.index);
   const auto [first, end] = pipeline_.partition[static_cast<size_t>(stage_)];
   Executor executor(ctx_, *model_, binder_->store(job.index), StageRange{stage_, S, first, end},
                     comms, ec);
@@ -297,11 +337,59 @@ EvalRecord ArrayTrainer::evaluate(Job& job, int64_t step, int64_t epoch) {
   return summed_eval_record(metrics, step, epoch, seconds_since(start));
 }
 
+void ArrayTrainer::resume(Job& job) {
+  const TrainConfig& c = job.config;
+  slots_->use(job.index);
+  std::string path;
+  const std::optional<proto::CheckpointManifest> m =
+      resume_job(world_, c.checkpoint.resume, c.checkpoint.dir, job.index, c, *model_,
+                 binder_->store(job.index), graph::optimizer_slot_names(c.optimizer), &path);
+  if (!m) {
+    if (stage_ == 0) {
+      STRATA_LOG(INFO) << "--array job " << job.index << ": no checkpoint to resume ("
+                       << c.checkpoint.resume << "), starting from step 0";
+    }
+    return;
+  }
+  job.start = m->step();
+  job.samples = m->run().samples_seen();
+  job.summary.steps = job.start;
+  job.summary.resumed_from = path;
+  if (stage_ == 0) {
+    STRATA_LOG(INFO) << "--array job " << job.index << ": resumed from " << path << " (step "
+                     << job.start << " of " << job.total << ")";
+  }
+}
+
+void ArrayTrainer::save(Job& job, int64_t done) {
+  const TrainConfig& c = job.config;
+  slots_->use(job.index);
+  JobRunState state;
+  state.step = done;
+  state.total = job.total;
+  state.per_epoch = job.per_epoch;
+  state.train_samples = train_->size();
+  state.dataset = train_->name();
+  state.samples_seen = job.samples;
+  const proto::CheckpointManifest manifest = describe_job(
+      spec_, *model_, c, pipeline_, state, done == job.total ? "end of training" : "periodic");
+  const SavedCheckpoint saved = save_checkpoint(
+      world_, job_checkpoint_dir(c.checkpoint.dir, job.index), done, c.checkpoint.keep_last,
+      manifest, binder_->store(job.index), graph::optimizer_slot_names(c.optimizer), true);
+  job.summary.last_checkpoint = saved.path;
+  if (stage_ == 0) {
+    STRATA_LOG(INFO) << "--array job " << job.index << ": checkpoint " << saved.path;
+  }
+}
+
 ArraySummary ArrayTrainer::run() {
   const int S = pipeline_.stages;
   const int64_t M = pipeline_.micro_batches;
   const bool loads = stage_ == 0 || stage_ == S - 1;
   ArraySummary summary;
+  for (auto& j : jobs_) {
+    if (!j->config.checkpoint.resume.empty()) resume(*j);  // collective, jobs in order
+  }
   for (auto& j : jobs_) {
     const TrainConfig& c = j->config;
     io::DataLoaderOptions options;
@@ -316,11 +404,13 @@ ArraySummary ArrayTrainer::run() {
     j->source = std::make_unique<LoaderMicroBatches>(train_, options, M, loads, nullptr,
                                                      c.loss.ignore_index);
     j->per_epoch = j->source->steps_per_epoch();
+    if (j->start > 0) j->source->start_at(j->start);
     ExecutorConfig ec;
     ec.kind = ScheduleKind::kGPipe;
     ec.seed = c.seed;
     ec.loss = c.loss;
     ec.optimizer = c.optimizer;
+    ec.first_step = j->start;
     ec.optimizer.schedule.total_steps = std::max(ec.optimizer.schedule.total_steps, j->total);
     ec.memory_plan = pipeline_.memory_plan;
     ec.prefetch_layers = pipeline_.prefetch_layers;
@@ -332,7 +422,13 @@ ArraySummary ArrayTrainer::run() {
                                              StageRange{stage_, S, first, end}, comms, ec);
   }
   std::vector<int> members;
-  for (const auto& j : jobs_) members.push_back(j->index);
+  int64_t first = -1;
+  for (const auto& j : jobs_) {
+    if (j->start >= j->total) continue;  // done before this run
+    members.push_back(j->index);
+    first = first < 0 ? j->start : std::min(first, j->start);
+  }
+  if (members.empty()) members.push_back(jobs_.front()->index);  // nothing to train: no order used
   summary.schedule = make_task_graph(members, scheduler_);
   std::vector<Block> order =
       summary.schedule.schedule.graph.device_order[static_cast<size_t>(stage_)];
@@ -340,11 +436,12 @@ ArraySummary ArrayTrainer::run() {
   for (const auto& j : jobs_) iterations = std::max(iterations, j->total);
   const int K = static_cast<int>(jobs_.size());
   double train_seconds = 0.0;
-  for (int64_t step = 0; step < iterations; ++step) {
+  for (int64_t step = std::max<int64_t>(first, 0); first >= 0 && step < iterations; ++step) {
     const auto start = Clock::now();
     std::vector<int> now;
     for (auto& j : jobs_) {
-      j->active = j->active && step < j->total;
+      // A job trains from its resumed step to its last; one that diverged stays out.
+      j->active = !j->summary.stopped && step >= j->start && step < j->total;
       j->step = StepStats();
       if (j->active) now.push_back(j->index);
     }
@@ -359,10 +456,22 @@ ArraySummary ArrayTrainer::run() {
       order = again.schedule.graph.device_order[static_cast<size_t>(stage_)];
       ++summary.reschedules;
     }
-    // The blocks of the jobs that still train, in the task graph's order.
+    // The blocks of the jobs that still train, in the task graph's order; before each, the
+    // memory manager follows the jobs of the blocks ahead (this iteration's, then the next's).
+    std::vector<int> ahead;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const Block& block : order) {
+        if (jobs_[static_cast<size_t>(block.job)]->active) ahead.push_back(block.job);
+      }
+    }
+    size_t next = 0;
     for (const Block& block : order) {
       Job& job = *jobs_[static_cast<size_t>(block.job)];
-      if (job.active) run_block(job, block, step);
+      if (!job.active) continue;
+      slots_->before_block(
+          std::vector<int>(ahead.begin() + static_cast<std::ptrdiff_t>(next), ahead.end()));
+      ++next;
+      run_block(job, block, step);
     }
     if (deferred_updates_) {
       for (auto& j : jobs_) {
@@ -406,6 +515,7 @@ ArraySummary ArrayTrainer::run() {
         continue;
       }
       const int64_t rows = j->source->group_rows(step);
+      j->samples += rows;
       j->interval_loss += loss;
       ++j->interval_steps;
       j->interval_seconds += dt;
@@ -443,15 +553,32 @@ ArraySummary ArrayTrainer::run() {
       j->summary.last_eval = r;
       if (stage_ == 0 && observer_ != nullptr) observer_->on_job_eval(j->index, r);
     }
+    // Checkpoints, jobs in order on every rank: each job's as its solo run writes them (every
+    // --save-every steps and at its last step), under its own directory.
+    for (auto& j : jobs_) {
+      const CheckpointConfig& ck = j->config.checkpoint;
+      if (!j->active || ck.dir.empty()) continue;
+      const int64_t done = step + 1;
+      if ((ck.save_every > 0 && done % ck.save_every == 0) || done == j->total) save(*j, done);
+    }
   }
   summary.train_seconds = train_seconds;
   summary.switches = binder_->switches();
   summary.busy_seconds = busy_seconds_;
+  summary.slots = slots_->stats();
+  summary.peak_bytes.assign(static_cast<size_t>(S), 0.0);
+  summary.host_pool_peak_bytes.assign(static_cast<size_t>(S), 0.0);
+  summary.peak_bytes[static_cast<size_t>(stage_)] =
+      static_cast<double>(ctx_.allocator().stats().peak);
+  summary.host_pool_peak_bytes[static_cast<size_t>(stage_)] =
+      host_pool_ ? static_cast<double>(host_pool_->stats().peak) : 0.0;
+  world_sum(world_, &summary.peak_bytes, "--array: the ranks' memory peaks");
+  world_sum(world_, &summary.host_pool_peak_bytes, "--array: the ranks' host pool peaks");
   // --save-weights: every job's own file (collective per job).
   for (auto& j : jobs_) {
     if (j->config.save_weights.empty() || j->summary.stopped) continue;  // none for a diverged job
     j->summary.weights_path = job_weights_path(j->config.save_weights, j->index);
-    binder_->bind(j->index);
+    slots_->use(j->index);
     const std::unique_ptr<graph::Model> full = stage_ == 0 ? build_() : nullptr;
     // The metadata of the job's solo run (parallel/trainer.cpp), so that the files compare.
     std::map<std::string, std::string> metadata;

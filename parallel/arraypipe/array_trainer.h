@@ -24,11 +24,20 @@
 // keys (seed, layer, step, sample) and the same updates, so each job ends bitwise equal to its
 // solo run whatever the schedule.
 //
+// Checkpoints are per job, under DIR/job-j in a solo run's format, resumable alone or with the
+// array (parallel/arraypipe/array_checkpoints.h). The memory manager (ArrayMemoryOptions::slots,
+// parallel/arraypipe/state_slots.h) keeps K jobs' states on the device and the others in a host
+// pool, moved before the blocks that need them; the arithmetic is the same.
+//
+// Gradient clipping (--clip-grad-norm) sums the norm over the stages inside the update: the
+// updates then wait for the end of the iteration, as for a split tied parameter.
+//
 // Not supported with an array (refused by the CLI): several data-parallel groups, the async
-// schedule's overlap, checkpoints and resume, gradient clipping and --nan-policy skip (their global
+// schedule's overlap, --nan-policy skip (its global
 // norm is a collective inside the update), swap memory plans, nccl.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -40,6 +49,7 @@
 #include "io/proto/strata.pb.h"
 #include "parallel/arraypipe/binder.h"
 #include "parallel/arraypipe/scheduler.h"
+#include "parallel/arraypipe/state_slots.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/trainer.h"
 
@@ -58,12 +68,24 @@ class ArrayObserver {
   virtual void on_job_stopped(int job, int64_t step, const std::string& why) {}
 };
 
+// The memory manager (parallel/arraypipe/state_slots.h).
+struct ArrayMemoryOptions {
+  // Block-state slots per stage; 0 (or as many as the jobs): every job's state stays on the
+  // device and nothing moves.
+  int slots = 0;
+  size_t host_pool_bytes = size_t{8} << 30;  // the limit of the host pool the others live in
+  // Tests and benchmarks: every state copy lasts at least this long (CPU).
+  std::chrono::microseconds copy_delay{0};
+};
+
 struct ArrayJobSummary {
   int64_t steps = 0;  // optimizer steps done
   double last_loss = std::nan("");
   bool stopped = false;  // left the array early (diverged)
   std::string why;
-  std::string weights_path;  // --save-weights: this job's file
+  std::string weights_path;     // --save-weights: this job's file
+  std::string resumed_from;     // the checkpoint it resumed (empty: a fresh start)
+  std::string last_checkpoint;  // the last one it wrote
   std::optional<EvalRecord> last_eval;
 };
 
@@ -75,11 +97,18 @@ struct ArraySummary {
   double train_seconds = 0.0;
   int64_t switches = 0;       // this rank's binder switches
   double busy_seconds = 0.0;  // this rank's blocks
+  SlotStats slots;            // this rank's memory manager
+  // Every rank's allocator peak (bytes; the device memory --mem-limit caps) and host pool peak.
+  std::vector<double> peak_bytes, host_pool_peak_bytes;
 };
 
 // --save-weights PATH for job i: PATH with "-job-i" before its extension ("w.safetensors" ->
 // "w-job-2.safetensors"; without an extension, appended).
 std::string job_weights_path(const std::string& path, int job);
+
+// Whether a tied parameter of `model` has its sides on different stages of `pipeline` (its
+// summed gradient waits for the end of the iteration: the jobs' gradients stay on the device).
+bool splits_tied_parameter(const graph::Model& model, const PipelineConfig& pipeline);
 
 class ArrayTrainer {
  public:
@@ -90,13 +119,15 @@ class ArrayTrainer {
   ArrayTrainer(ExecContext& ctx, const proto::ModelSpec& spec,
                std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
                std::vector<TrainConfig> jobs, const PipelineConfig& pipeline,
-               const SchedulerOptions& scheduler, Communicator* world, ArrayObserver* observer);
+               const SchedulerOptions& scheduler, Communicator* world, ArrayObserver* observer,
+               const ArrayMemoryOptions& memory = {});
   // The same for a model made in C++ (benchmarks' timed layers); `build` gives every rank the
   // same model.
   ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
                std::shared_ptr<const io::Dataset> train, std::shared_ptr<const io::Dataset> test,
                std::vector<TrainConfig> jobs, const PipelineConfig& pipeline,
-               const SchedulerOptions& scheduler, Communicator* world, ArrayObserver* observer);
+               const SchedulerOptions& scheduler, Communicator* world, ArrayObserver* observer,
+               const ArrayMemoryOptions& memory = {});
   ~ArrayTrainer();
 
   ArraySummary run();
@@ -112,6 +143,9 @@ class ArrayTrainer {
   // Forward only over the test split with the job's state, in evaluation mode (collective: every
   // rank, jobs in order, after the iteration, when no training message is in flight).
   EvalRecord evaluate(Job& job, int64_t step, int64_t epoch);
+  // Per-job checkpoints (parallel/arraypipe/array_checkpoints.h); collective.
+  void resume(Job& job);
+  void save(Job& job, int64_t done);
 
   ExecContext& ctx_;
   proto::ModelSpec spec_;  // empty for a model from a builder
@@ -125,6 +159,9 @@ class ArrayTrainer {
   int stage_ = 0;
   std::unique_ptr<graph::Model> model_;
   std::unique_ptr<Binder> binder_;
+  std::unique_ptr<Allocator> host_pool_;
+  std::unique_ptr<CopyEngine> copies_;
+  std::unique_ptr<StateSlots> slots_;
   std::vector<std::unique_ptr<Job>> jobs_;
   bool deferred_updates_ = false;  // a tied parameter split between stages
   double busy_seconds_ = 0.0;

@@ -29,6 +29,13 @@ void Binder::bind(int job) {
   ++switches_;
 }
 
+void Binder::unbind() {
+  if (bound_ < 0) return;
+  const graph::ParamStore* owner = stores_[static_cast<size_t>(bound_)].get();
+  for (size_t i = begin_; i < end_; ++i) model_.layer(i).unbind(owner);
+  bound_ = -1;
+}
+
 graph::ParamStore& Binder::store(int job) {
   STRATA_CHECK(job >= 0 && job < jobs()) << "binder: job " << job << " of " << jobs();
   return *stores_[static_cast<size_t>(job)];

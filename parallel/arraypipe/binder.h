@@ -32,12 +32,16 @@ class Binder {
   // job calls it before touching the layers.
   void bind(int job);
   int bound() const { return bound_; }
+  // The layers let go of the bound job's views (the memory manager, before that job's state
+  // moves away); the next bind binds again.
+  void unbind();
   // Switches made so far (binds that changed the job).
   int64_t switches() const { return switches_; }
 
   int jobs() const { return static_cast<int>(stores_.size()); }
   graph::ParamStore& store(int job);
   graph::Model& model() { return model_; }
+  Allocator& allocator() { return allocator_; }
 
  private:
   graph::Model& model_;

@@ -68,28 +68,40 @@ std::vector<Job> run_array(const std::string& dir, const std::string& name, cons
   return out;
 }
 
-// The array `spec` (list mode) against each job alone; `solo[j]` are job j's flags.
+// The array `spec` (list mode), once per entry of `variants` (flags of the array run only, e.g.
+// its --array-slots), against each job alone; `solo[j]` are job j's flags.
 void expect_jobs_equal_solo(const std::string& name, const std::string& common,
                             const std::string& spec, const std::vector<std::string>& solo,
-                            int64_t steps, const std::string& launcher = "") {
+                            int64_t steps, const std::string& launcher = "",
+                            const std::vector<std::string>& variants = {""},
+                            std::vector<std::string>* outputs = nullptr) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_" + name);
-  std::string output;
-  const std::vector<Job> array =
-      run_array(dir, "array", common + " --array-mode list --array \"" + spec + "\"", solo.size(),
-                launcher, &output);
-  EXPECT_TRUE(contains(output, "array: " + std::to_string(solo.size()) + " jobs")) << output;
+  std::vector<std::vector<Job>> arrays;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    std::string output;
+    arrays.push_back(
+        run_array(dir, "array" + std::to_string(v),
+                  common + " --array-mode list --array \"" + spec + "\" " + variants[v],
+                  solo.size(), launcher, &output));
+    EXPECT_TRUE(contains(output, "array: " + std::to_string(solo.size()) + " jobs")) << output;
+    if (outputs != nullptr) outputs->push_back(output);
+  }
   for (size_t j = 0; j < solo.size(); ++j) {
     SCOPED_TRACE("job " + std::to_string(j) + ": " + solo[j]);
     const TrainRun alone = train_run(dir, "solo" + std::to_string(j),
                                      common + " --schedule gpipe " + solo[j], launcher);
     ASSERT_EQ(alone.status, 0) << alone.output;
     ASSERT_EQ(alone.losses.size(), static_cast<size_t>(steps)) << alone.output;
-    EXPECT_EQ(array[j].losses, alone.losses);
     std::vector<std::string> evals;
     for (const nlohmann::json& rec : alone.of("eval")) evals.push_back(eval_of(rec));
     EXPECT_FALSE(evals.empty()) << alone.output;
-    EXPECT_EQ(array[j].evals, evals) << "the test evaluations differ";
-    EXPECT_TRUE(array[j].weights == alone.weights) << "the final weights differ";
+    for (size_t v = 0; v < variants.size(); ++v) {
+      SCOPED_TRACE("array flags: " + variants[v]);
+      const std::vector<Job>& array = arrays[v];
+      EXPECT_EQ(array[j].losses, alone.losses);
+      EXPECT_EQ(array[j].evals, evals) << "the test evaluations differ";
+      EXPECT_TRUE(array[j].weights == alone.weights) << "the final weights differ";
+    }
   }
 }
 
@@ -113,9 +125,21 @@ const std::vector<std::string> kCnnSolo = {
     "--lr 0.02 --weight-decay 0.01 --momentum 0.95 --batch-size 4",
     "--lr 0.05 --weight-decay 0 --momentum 0.5 --batch-size 8"};
 
+// With every job resident, and with the memory manager's 1 and 2 slots per stage (the other
+// jobs' states in the host pool): the same jobs bit for bit.
 TEST(ArrayPipeCli, CnnJobsEqualSoloOnLocalStages) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
-  expect_jobs_equal_solo("cnn_local", kCnn + " --local", kCnnSpec, kCnnSolo, 3);
+  std::vector<std::string> outputs;
+  expect_jobs_equal_solo("cnn_local", kCnn + " --local", kCnnSpec, kCnnSolo, 3, "",
+                         {"", "--array-slots 1", "--array-slots 2"}, &outputs);
+  ASSERT_EQ(outputs.size(), 3u);
+  EXPECT_TRUE(contains(outputs[0], "array memory: 4 slots per stage")) << outputs[0];
+  EXPECT_TRUE(contains(outputs[0], "0 loads (0 prefetched), 0 offloads")) << outputs[0];
+  EXPECT_TRUE(contains(outputs[1], "array memory: 1 slots per stage")) << outputs[1];
+  EXPECT_TRUE(contains(outputs[2], "array memory: 2 slots per stage")) << outputs[2];
+  // One slot: every switch loads a state that could not be prefetched.
+  EXPECT_FALSE(contains(outputs[1], " (0 not prefetched")) << outputs[1];
+  EXPECT_FALSE(contains(outputs[2], " (0 prefetched)")) << outputs[2];
 }
 
 #ifdef STRATA_MPIEXEC
@@ -125,9 +149,124 @@ TEST(ArrayPipeCli, CnnJobsEqualSoloOnMpiRanks) {
                                  "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
                                  "OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 ") +
                              STRATA_MPIEXEC + " --oversubscribe -np 2";
-  expect_jobs_equal_solo("cnn_mpi", kCnn, kCnnSpec, kCnnSolo, 3, mpirun);
+  expect_jobs_equal_solo("cnn_mpi", kCnn, kCnnSpec, kCnnSolo, 3, mpirun, {"", "--array-slots 1"});
 }
 #endif
+
+// Gradient clipping by the global norm (summed over the stages in each job's update, which then
+// waits for the end of the iteration), with every job resident and with one slot (the jobs'
+// gradients stay on the device until their updates): each job equals its solo run.
+TEST(ArrayPipeCli, ClippedJobsEqualSolo) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  expect_jobs_equal_solo(
+      "cnn_clip", kCnn + " --local --clip-grad-norm 0.5",
+      "lr=0.05,0.03;momentum=0.9,0.5;batch-size=8,16",
+      {"--lr 0.05 --momentum 0.9 --batch-size 8", "--lr 0.03 --momentum 0.5 --batch-size 16"}, 3,
+      "", {"", "--array-slots 1"});
+}
+
+// --array-slots auto under --mem-limit: the slot model picks the slots (an MLP, whose block states
+// outweigh its activations), the allocator's measured peak stays under the limit on every rank,
+// more memory gives more slots, and the jobs are those of the run with every job resident.
+TEST(ArrayPipeCli, SlotsFromTheMemoryModelFitTheLimit) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_slots");
+  const std::string args =
+      "--model mlp --size small --dataset fashion-mnist --train-samples 64 --test-samples 16 "
+      "--optimizer sgd --steps 2 --threads 1 --seed 3 --stages 2 --local --batch-size 8 "
+      "--partition uniform --array-mode list --array \"lr=0.01,0.03,0.02,0.05;batch-size=8,8,4,8\"";
+  std::string output;
+  const std::vector<Job> resident = run_array(dir, "resident", args, 4, "", &output);
+  int last = 0;
+  for (const auto& [limit, bytes] : std::vector<std::pair<std::string, double>>{
+           {"5MiB", 5.0 * (1 << 20)}, {"8MiB", 8.0 * (1 << 20)}, {"12MiB", 12.0 * (1 << 20)}}) {
+    SCOPED_TRACE("--mem-limit " + limit);
+    const TrainRun r =
+        train_run(dir, "auto" + limit, args + " --array-slots auto --mem-limit " + limit);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "array memory: --array-slots auto under --mem-limit " + limit))
+        << r.output;
+    ASSERT_EQ(r.of("array").size(), 1u) << r.output;
+    const nlohmann::json& a = r.of("array").front();
+    const int slots = a["slots"].get<int>();
+    EXPECT_GT(slots, last) << "more memory, more slots";
+    last = slots;
+    for (const nlohmann::json& peak : a["peak_bytes"]) {
+      EXPECT_GT(peak.get<double>(), 0.0);
+      EXPECT_LE(peak.get<double>(), bytes) << "the allocator's peak passed the limit";
+    }
+    for (size_t j = 0; j < 4; ++j) {
+      const std::vector<std::string>& losses = resident[j].losses;
+      std::vector<std::string> mine;
+      for (const nlohmann::json& rec : r.of("train")) {
+        if (rec["job"].get<size_t>() == j) mine.push_back(rec["loss"].dump());
+      }
+      EXPECT_EQ(mine, losses) << "job " << j;
+      EXPECT_TRUE(read_file(dir + "/auto" + limit + "-job-" + std::to_string(j) + ".st") ==
+                  resident[j].weights)
+          << "job " << j << ": weights differ";
+    }
+  }
+  EXPECT_EQ(last, 4);  // every job resident at the largest limit
+}
+
+// Per-job checkpoints: an array writes each job's under DIR/job-j (every --save-every steps and
+// at its end); a job resumed alone from its step-2 checkpoint (plain `strata train --resume`, its
+// own flags) and the whole array resumed from the step-2 checkpoints (with one slot) end bitwise
+// equal to the uninterrupted array's jobs.
+TEST(ArrayPipeCli, JobsResumeAloneOrWithTheArray) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  namespace fs = std::filesystem;
+  const std::string dir = strata::testing::fresh_temp_dir("strata_arraypipe_cli_resume");
+  const std::string common =
+      "--model cnn --size tiny --dataset fashion-mnist --train-samples 128 --test-samples 16 "
+      "--optimizer sgd --steps 4 --threads 1 --seed 3 --stages 2 --local";
+  const std::string array = " --array-mode list --array \"" + kCnnSpec + "\"";
+  std::string output;
+  const std::vector<Job> whole =
+      run_array(dir, "whole", common + array + " --checkpoint-dir " + dir + "/ck --save-every 2", 4,
+                "", &output);
+  for (int j = 0; j < 4; ++j) {
+    for (const char* step : {"step-000002", "step-000004"}) {
+      EXPECT_TRUE(fs::exists(dir + "/ck/job-" + std::to_string(j) + "/" + step + "/manifest.pb") ||
+                  fs::exists(dir + "/ck/job-" + std::to_string(j) + "/" + step))
+          << "job " << j << " " << step << "\n"
+          << output;
+    }
+  }
+  // Job 1 alone, from its step-2 checkpoint.
+  const TrainRun alone = train_run(
+      dir, "alone1",
+      common + " --schedule gpipe " + kCnnSolo[1] + " --resume " + dir + "/ck/job-1/step-000002");
+  ASSERT_EQ(alone.status, 0) << alone.output;
+  EXPECT_TRUE(contains(alone.output, "resumed from")) << alone.output;
+  ASSERT_EQ(alone.losses.size(), 2u) << alone.output;
+  EXPECT_EQ(alone.losses,
+            std::vector<std::string>(whole[1].losses.begin() + 2, whole[1].losses.end()));
+  EXPECT_TRUE(alone.weights == whole[1].weights) << "job 1 resumed alone differs";
+  // The array, from every job's step-2 checkpoint.
+  for (int j = 0; j < 4; ++j) {
+    const std::string from = dir + "/ck/job-" + std::to_string(j) + "/step-000002";
+    const std::string to = dir + "/ck2/job-" + std::to_string(j) + "/step-000002";
+    fs::create_directories(to);
+    fs::copy(from, to, fs::copy_options::recursive);
+  }
+  const TrainRun again =
+      train_run(dir, "again", common + array + " --array-slots 1 --resume " + dir + "/ck2");
+  ASSERT_EQ(again.status, 0) << again.output;
+  for (int j = 0; j < 4; ++j) {
+    SCOPED_TRACE("job " + std::to_string(j));
+    EXPECT_TRUE(contains(again.output, "job " + std::to_string(j) + ": 4 steps")) << again.output;
+    std::vector<std::string> losses;
+    for (const nlohmann::json& rec : again.of("train")) {
+      if (rec["job"].get<int>() == j) losses.push_back(rec["loss"].dump());
+    }
+    EXPECT_EQ(losses, std::vector<std::string>(whole[static_cast<size_t>(j)].losses.begin() + 2,
+                                               whole[static_cast<size_t>(j)].losses.end()));
+    EXPECT_TRUE(read_file(dir + "/again-job-" + std::to_string(j) + ".st") ==
+                whole[static_cast<size_t>(j)].weights);
+  }
+}
 
 // AdamW (momentum does not apply), dropout, the tied embedding split between the first and last
 // stage (each job's update waits for the end of the iteration there).
@@ -240,9 +379,24 @@ TEST(ArrayPipeCli, BadArraysAreRefusedNamingTheJobAndSetting) {
     EXPECT_FALSE(contains(r.output, "step 1/")) << "trained before refusing:\n" << r.output;
   }
   // What an array does not combine with is named too.
-  const auto r = run_cli(base + "\"lr=1e-3,2e-3\" --checkpoint-dir /tmp/x");
+  auto r = run_cli(base + "\"lr=1e-3,2e-3\" --memory-policy swap");
   EXPECT_NE(r.status, 0);
-  EXPECT_TRUE(contains(r.output, "--checkpoint-dir")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--memory-policy swap")) << r.output;
+  // The memory manager's slots: at least one, a number or auto; auto needs a limit, and one
+  // that a job fits.
+  for (const Case& c : std::vector<Case>{
+           {"\"lr=1e-3,2e-3\" --array-slots 0", "--array-slots must be >= 1"},
+           {"\"lr=1e-3,2e-3\" --array-slots two", "--array-slots must be a number"},
+           {"\"lr=1e-3,2e-3\" --array-slots auto", "--array-slots auto needs --mem-limit"},
+           {"\"lr=1e-3,2e-3\" --array-slots auto --mem-limit 64KiB --partition uniform",
+            "--mem-limit 64KiB is too small for one job of the array"},
+       }) {
+    SCOPED_TRACE(c.array);
+    r = run_cli(base + c.array);
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, c.says)) << r.output;
+    EXPECT_FALSE(contains(r.output, "step 1/")) << "trained before refusing:\n" << r.output;
+  }
 }
 
 }  // namespace
