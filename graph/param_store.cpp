@@ -231,6 +231,19 @@ void ParamStore::ensure_state(size_t slots) {
     state_.push_back(Tensor::zeros(params_.shape(), dtype_, allocator_));
 }
 
+ParamStore::FlatBuffers ParamStore::flat_buffers() {
+  FlatBuffers f;
+  f.params = &params_;
+  f.grads = &grads_;
+  f.buffers = &buffers_;
+  for (Tensor& t : state_) f.state.push_back(&t);
+  if (mixed()) {
+    f.working_params = &work_params_;
+    f.working_grads = &work_grads_;
+  }
+  return f;
+}
+
 const Tensor& ParamStore::state(size_t slot) const {
   STRATA_CHECK_LT(slot, state_.size()) << "ParamStore: optimizer state slot not allocated";
   return state_[slot];

@@ -120,6 +120,20 @@ class ParamStore {
   const Tensor& state(size_t slot) const;
   Tensor state_view(size_t slot, size_t i) const;
 
+  // The flat buffers themselves, for code that moves a store's state between memories by putting
+  // a tensor of the same shape and dtype, in another storage, in a buffer's place (ArrayPipe's
+  // slots: parallel/arraypipe/state_slots.cpp). The layers see the new storage after
+  // bind_layers(). working_params and working_grads are null without mixed precision.
+  struct FlatBuffers {
+    Tensor* params = nullptr;
+    Tensor* grads = nullptr;
+    Tensor* buffers = nullptr;
+    std::vector<Tensor*> state;
+    Tensor* working_params = nullptr;
+    Tensor* working_grads = nullptr;
+  };
+  FlatBuffers flat_buffers();
+
  private:
   Tensor view_of(const Tensor& flat, const Entry& e) const;
 

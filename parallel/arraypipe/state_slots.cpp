@@ -20,18 +20,13 @@ void check_whole(const Tensor& t, int job) {
       << "array memory: job " << job << "'s state buffer is a view, not a whole storage";
 }
 
-// The store's flat buffers, as its accessors give them: references to the buffers themselves.
-// A state moves by putting the copy's tensor (same shape and dtype, another storage) in the
-// buffer's place; the layers are rebound by the binder before they compute. (ParamStore has no
-// setter for them: graph/param_store.h, included by nearly every file, is left as it is.)
-Tensor& buffer_ref(const Tensor& accessor_result) { return const_cast<Tensor&>(accessor_result); }
-
 }  // namespace
 
 std::vector<Tensor*> state_values(graph::ParamStore& store) {
-  std::vector<Tensor*> values{&buffer_ref(store.params()), &buffer_ref(store.buffers())};
-  for (size_t i = 0; i < store.state_slots(); ++i) values.push_back(&buffer_ref(store.state(i)));
-  if (store.mixed()) values.push_back(&buffer_ref(store.working_params()));
+  graph::ParamStore::FlatBuffers f = store.flat_buffers();
+  std::vector<Tensor*> values{f.params, f.buffers};
+  values.insert(values.end(), f.state.begin(), f.state.end());
+  if (f.working_params != nullptr) values.push_back(f.working_params);
   return values;
 }
 
@@ -48,16 +43,17 @@ namespace {
 // The gradients are zero between a job's blocks (its update zeroes them inside its backward
 // block): they leave with the state and come back as zeros.
 void drop_grads(graph::ParamStore& store) {
-  if (store.mixed()) buffer_ref(store.working_grads()) = Tensor();
-  buffer_ref(store.grads()) = Tensor();
+  graph::ParamStore::FlatBuffers f = store.flat_buffers();
+  if (f.working_grads != nullptr) *f.working_grads = Tensor();
+  *f.grads = Tensor();
 }
 
 void restore_grads(graph::ParamStore& store, Allocator& device) {
   const Tensor& params = store.params();
-  buffer_ref(store.grads()) = Tensor::zeros(params.shape(), params.dtype(), &device);
+  graph::ParamStore::FlatBuffers f = store.flat_buffers();
+  *f.grads = Tensor::zeros(params.shape(), params.dtype(), &device);
   if (store.mixed()) {
-    buffer_ref(store.working_grads()) =
-        Tensor::zeros(params.shape(), store.compute_dtype(), &device);
+    *f.working_grads = Tensor::zeros(params.shape(), store.compute_dtype(), &device);
   }
 }
 
