@@ -40,6 +40,17 @@ Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, c
 Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                        const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
                        bool need_dx);
+
+// The CPU's algorithms: kAuto picks by shape (Winograd F(4x4, 3x3) for float32 3x3 stride-1
+// convolutions with at least 16 channels in and out, ops/conv2d_winograd_cpu.h; im2col + gemm
+// otherwise); kIm2col always takes im2col. conv2d_forward/backward above are kAuto; tests and
+// tools/bench/op_bench.cpp compare the two.
+enum class Conv2dAlgo { kAuto, kIm2col };
+Tensor conv2d_forward_with(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                           const Tensor& bias, const Conv2dParams& params, Conv2dAlgo algo);
+Tensor conv2d_backward_with(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                            const Tensor& weight, const Conv2dParams& params, const Tensor& dweight,
+                            const Tensor& dbias, bool need_dx, Conv2dAlgo algo);
 }  // namespace cpu
 
 // CUDA kernels (ops/conv2d_cuda.cu, cuDNN): f32, bf16 and f16 (fp32 accumulation); in a build

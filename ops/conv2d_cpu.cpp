@@ -1,4 +1,6 @@
-// 2-D convolution on the CPU: im2col + gemm through the BLAS (ops/blas.h).
+// 2-D convolution on the CPU: im2col + gemm through the BLAS (ops/blas.h); float32 3x3
+// stride-1 convolutions with enough channels go to Winograd F(4x4, 3x3) instead
+// (ops/conv2d_winograd_cpu.h, chosen by winograd::takes).
 //
 // Forward, per chunk of nb images and per group g (G groups):
 //   cols  (C/G KH KW, nb OH OW) = im2col(x[chunk]) rows of group g   zeros where taps hit padding
@@ -21,10 +23,12 @@
 // each thread whole (image, channel) planes, so no two threads add into the same element. gemm
 // is never called inside a parallel loop: OpenBLAS runs its own threads.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "ops/blas.h"
 #include "ops/conv2d.h"
+#include "ops/conv2d_winograd_cpu.h"
 #include "ops/cpu_util.h"
 
 namespace strata::ops::cpu {
@@ -315,6 +319,18 @@ Tensor scratch(ExecContext& ctx, int64_t elements, DType dtype) {
 
 Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const Conv2dParams& params) {
+  return conv2d_forward_with(ctx, x, weight, bias, params, Conv2dAlgo::kAuto);
+}
+
+Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
+                       bool need_dx) {
+  return conv2d_backward_with(ctx, dy, x, weight, params, dweight, dbias, need_dx,
+                              Conv2dAlgo::kAuto);
+}
+
+Tensor conv2d_forward_with(ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                           const Tensor& bias, const Conv2dParams& params, Conv2dAlgo algo) {
   constexpr const char* kOp = "conv2d_forward";
   const ConvGeometry g = conv_geometry(kOp, x, weight, params);
   if (bias.defined()) {
@@ -324,6 +340,10 @@ Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, c
   }
   Tensor y = Tensor::empty({g.batch, g.out_c, g.out_h, g.out_w}, x.dtype(), &ctx.allocator());
   if (g.batch == 0) return y;
+  if (algo == Conv2dAlgo::kAuto && winograd::takes(x, weight, params)) {
+    winograd::forward(ctx, x, weight, bias.defined() ? bias.data<float>() : nullptr, params, y);
+    return y;
+  }
   detail::dispatch_float(x.dtype(), kOp, [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -359,9 +379,9 @@ Tensor conv2d_forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, c
   return y;
 }
 
-Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
-                       const Conv2dParams& params, const Tensor& dweight, const Tensor& dbias,
-                       bool need_dx) {
+Tensor conv2d_backward_with(ExecContext& ctx, const Tensor& dy, const Tensor& x,
+                            const Tensor& weight, const Conv2dParams& params, const Tensor& dweight,
+                            const Tensor& dbias, bool need_dx, Conv2dAlgo algo) {
   constexpr const char* kOp = "conv2d_backward";
   const ConvGeometry g = conv_geometry(kOp, x, weight, params);
   detail::check_float(dy, kOp, "dy");
@@ -377,11 +397,12 @@ Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, cons
     detail::check_same_dtype(x, dbias, kOp, "x", "dbias");
     detail::check_shape(dbias, {g.out_c}, kOp, "dbias");
   }
-  // col2im adds into dx; the direct path's gemms write every element of it.
+  const bool use_winograd = algo == Conv2dAlgo::kAuto && winograd::takes(x, weight, params);
+  // col2im adds into dx; the direct and Winograd paths write every element of it.
   Tensor dx;
   if (need_dx) {
-    dx = g.direct ? Tensor::empty(x.shape(), x.dtype(), &ctx.allocator())
-                  : Tensor::zeros(x.shape(), x.dtype(), &ctx.allocator());
+    dx = g.direct || use_winograd ? Tensor::empty(x.shape(), x.dtype(), &ctx.allocator())
+                                  : Tensor::zeros(x.shape(), x.dtype(), &ctx.allocator());
   }
   if (g.batch == 0) return dx;
   detail::dispatch_float(x.dtype(), kOp, [&](auto tag) {
@@ -389,6 +410,14 @@ Tensor conv2d_backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, cons
     const T* pdy = dy.data<T>();
     if (dbias.defined()) accumulate_bias_grad(g, pdy, dbias.data<T>());
     if (!need_dx && !dweight.defined()) return;
+    if constexpr (std::is_same_v<T, float>) {
+      if (use_winograd) {
+        winograd::backward(ctx, dy, x, weight, params,
+                           dweight.defined() ? dweight.data<float>() : nullptr,
+                           need_dx ? dx.data<float>() : nullptr);
+        return;
+      }
+    }
     const T* px = x.data<T>();
     const T* pw = weight.data<T>();
     T* pdw = dweight.defined() ? dweight.data<T>() : nullptr;

@@ -1,6 +1,8 @@
-// Each case is timed against an sgemm of its matrix shape, the two calls alternating until
-// 2 x min_seconds have passed (after one warm-up call each); the medians are compared. FLOPs count
-// a multiply-add as 2. Backward FLOPs are those of the two products it computes (input and weight
+// Each linear case is timed against an sgemm of its matrix shape, each convolution (the path
+// conv2d picks by shape: Winograd or im2col) against the im2col path, the two calls alternating
+// until 2 x min_seconds have passed (after one warm-up call each); the medians are compared. FLOPs
+// count a multiply-add as 2 (a convolution's are those of the direct method, whatever the
+// algorithm). Backward FLOPs are those of the two products it computes (input and weight
 // gradients): twice the forward's.
 #include "tools/bench/op_bench.h"
 
@@ -87,8 +89,6 @@ int run_op_bench(const OpBenchOptions& options) {
   ExecContext ctx(Device::cpu(), nullptr, options.threads);
   io::JsonlWriter json(options.json);
   std::printf("CPU op benchmark (%s)\n", ops::blas::library_info());
-  std::printf("%-22s %-40s %9s %9s %10s %7s\n", "case", "shape", "ms", "GFLOP/s", "sgemm GF/s",
-              "ratio");
   auto emit = [&](const Row& r) {
     print_row(r);
     json.write({{"case", r.name},
@@ -106,17 +106,36 @@ int run_op_bench(const OpBenchOptions& options) {
     const char* name;
     int64_t b, c, h, w, oc, k, stride, pad;
   };
+  // The default job's convolutions, the 56 px ResNet case, and those of `strata bench`'s
+  // ResNet-18 (small stem) and VGG-11-BN-small at 32 px, batch 32.
   const ConvCase convs[] = {
       {"conv_cnn1", 64, 1, 28, 28, 32, 3, 1, 1},   // the default job's first conv
       {"conv_cnn2", 64, 32, 14, 14, 64, 3, 1, 1},  // ... and its second
       {"conv_resnet3x3", 8, 64, 56, 56, 64, 3, 1, 1},
       {"conv_resnet1x1", 8, 256, 56, 56, 64, 1, 1, 0},
       {"conv_stride2", 8, 128, 28, 28, 256, 3, 2, 1},
+      {"conv_r18_stem", 32, 3, 32, 32, 64, 3, 1, 1},
+      {"conv_r18_l1", 32, 64, 32, 32, 64, 3, 1, 1},
+      {"conv_r18_l2", 32, 128, 16, 16, 128, 3, 1, 1},
+      {"conv_r18_l2_s2", 32, 64, 32, 32, 128, 3, 2, 1},
+      {"conv_r18_l3", 32, 256, 8, 8, 256, 3, 1, 1},
+      {"conv_r18_l4", 32, 512, 4, 4, 512, 3, 1, 1},
+      {"conv_vgg_64_128", 32, 64, 16, 16, 128, 3, 1, 1},
+      {"conv_vgg_128_256", 32, 128, 8, 8, 256, 3, 1, 1},
+      {"conv_vgg_256_512", 32, 256, 4, 4, 512, 3, 1, 1},
+      {"conv_vgg_512_2px", 32, 512, 2, 2, 512, 3, 1, 1},
   };
+  bool conv_header = false;
   for (const ConvCase& cc : convs) {
     const bool fwd = wanted(std::string(cc.name) + "_fwd");
     const bool bwd = wanted(std::string(cc.name) + "_bwd");
     if (!fwd && !bwd) continue;
+    if (!conv_header) {
+      // Convolutions: the path conv2d takes (by shape) beside the im2col path, alternating.
+      std::printf("%-22s %-40s %9s %9s %9s %8s\n", "conv case", "shape", "ms", "im2col ms",
+                  "GFLOP/s", "speedup");
+      conv_header = true;
+    }
     ops::Conv2dParams p;
     p.stride_h = p.stride_w = cc.stride;
     p.pad_h = p.pad_w = cc.pad;
@@ -125,27 +144,41 @@ int run_op_bench(const OpBenchOptions& options) {
     Tensor bias = bench_random({cc.oc}, 5);
     const int64_t oh = ops::conv2d_output_size(cc.h, cc.k, cc.stride, cc.pad, 1);
     const int64_t ow = ops::conv2d_output_size(cc.w, cc.k, cc.stride, cc.pad, 1);
-    const int64_t m = cc.oc, n = cc.b * oh * ow, k = cc.c * cc.k * cc.k;
-    const double flops = 2.0 * m * n * k;
-    const Sgemm sgemm(m, n, k);
+    const double flops = 2.0 * cc.oc * cc.b * oh * ow * cc.c * cc.k * cc.k;
     char shape[96];
     std::snprintf(shape, sizeof(shape), "x(%lld,%lld,%lld,%lld) w(%lld,%lld,%lld,%lld) s%lld",
                   (long long)cc.b, (long long)cc.c, (long long)cc.h, (long long)cc.w,
                   (long long)cc.oc, (long long)cc.c, (long long)cc.k, (long long)cc.k,
                   (long long)cc.stride);
+    auto emit_conv = [&](const std::string& name, double f, double t, double t_im2col) {
+      std::printf("%-22s %-40s %9.3f %9.3f %9.1f %8.2f\n", name.c_str(), shape, t * 1e3,
+                  t_im2col * 1e3, f / t / 1e9, t_im2col / t);
+      std::fflush(stdout);
+      json.write({{"case", name},
+                  {"shape", std::string(shape)},
+                  {"ms", t * 1e3},
+                  {"im2col_ms", t_im2col * 1e3},
+                  {"gflops", f / t / 1e9}});
+    };
+    using ops::cpu::Conv2dAlgo;
     if (fwd) {
-      const auto [t, ts] = paired_median_seconds([&] { ops::conv2d_forward(ctx, x, w, bias, p); },
-                                                 [&] { sgemm(ctx); }, options.min_seconds);
-      emit({std::string(cc.name) + "_fwd", shape, flops, t, flops / ts / 1e9});
+      const auto [t, ti] = paired_median_seconds(
+          [&] { ops::cpu::conv2d_forward_with(ctx, x, w, bias, p, Conv2dAlgo::kAuto); },
+          [&] { ops::cpu::conv2d_forward_with(ctx, x, w, bias, p, Conv2dAlgo::kIm2col); },
+          options.min_seconds);
+      emit_conv(std::string(cc.name) + "_fwd", flops, t, ti);
     }
     if (bwd) {
       Tensor y = ops::conv2d_forward(ctx, x, w, bias, p);
       Tensor dy = bench_random(y.shape(), 6);
       Tensor dw = Tensor::zeros(w.shape()), db = Tensor::zeros(bias.shape());
-      const auto [t, ts] =
-          paired_median_seconds([&] { ops::conv2d_backward(ctx, dy, x, w, p, dw, db, true); },
-                                [&] { sgemm(ctx); }, options.min_seconds);
-      emit({std::string(cc.name) + "_bwd", shape, 2 * flops, t, flops / ts / 1e9});
+      auto backward = [&](Conv2dAlgo algo) {
+        ops::cpu::conv2d_backward_with(ctx, dy, x, w, p, dw, db, true, algo);
+      };
+      const auto [t, ti] =
+          paired_median_seconds([&] { backward(Conv2dAlgo::kAuto); },
+                                [&] { backward(Conv2dAlgo::kIm2col); }, options.min_seconds);
+      emit_conv(std::string(cc.name) + "_bwd", 2 * flops, t, ti);
     }
   }
 
@@ -153,6 +186,8 @@ int run_op_bench(const OpBenchOptions& options) {
     const char* name;
     int64_t n, k, m;  // x (n, k) @ w (m, k)^T
   };
+  std::printf("%-22s %-40s %9s %9s %10s %7s\n", "case", "shape", "ms", "GFLOP/s", "sgemm GF/s",
+              "ratio");
   const MatmulCase linears[] = {
       {"linear_fc1", 64, 3136, 128},  // the default job's first linear layer
       {"linear_gpt2_mlp", 1024, 768, 3072},
@@ -184,8 +219,7 @@ int run_op_bench(const OpBenchOptions& options) {
     }
   }
   std::printf(
-      "ratio = op GFLOP/s / sgemm GFLOP/s on the op's matrix shape (M=OC, N=B*OH*OW, "
-      "K=C*KH*KW for conv2d)\n");
+      "ratio = op GFLOP/s / sgemm GFLOP/s on the op's matrix shape; speedup = im2col ms / ms\n");
   return 0;
 }
 

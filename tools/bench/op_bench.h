@@ -1,6 +1,7 @@
-// CPU op benchmarks: conv2d and matmul, forward and backward, each beside a plain BLAS sgemm of
-// the same matrix shape measured in the same run, so the ratio says how close the op comes to
-// the BLAS it is built on.
+// CPU op benchmarks: conv2d and matmul, forward and backward. Each linear case runs beside a plain
+// BLAS sgemm of the same matrix shape measured in the same run, so the ratio says how close the op
+// comes to the BLAS it is built on; each convolution runs beside conv2d's im2col path (the path
+// conv2d takes by shape may be Winograd, ops/conv2d_winograd_cpu.h).
 #pragma once
 
 #include <string>

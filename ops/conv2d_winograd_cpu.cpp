@@ -1,0 +1,478 @@
+// Winograd F(4x4, 3x3) for float32 3x3 stride-1 convolutions; see ops/conv2d_winograd_cpu.h.
+//
+// Layouts (T tiles of a chunk of nb images, tile t = image tpi + tile row ntx + tile column; a
+// block of kb output channels starting at ob):
+//   V  (36, C, T)   transformed input tiles   U, dU (36, kb, C)  transformed kernels of a block
+//   dM (36, OC, T)  transformed dy tiles      M     (36, kb, T)  a block's products
+// Kernels are transformed block by block for each chunk (cheap beside the products), so the
+// scratch stays within a few MiB however many channels there are.
+// The transforms work on kLanes tiles (or kernels) at once: a scalar gather into a
+// (rows, cols, kLanes) block, then the two 1-D passes of P . P^T on whole lanes, whose loops the
+// compiler unrolls and folds the constant coefficients of (zeros skipped, ones and minus ones
+// free). The loops over planes are compiled for AVX-512, AVX2 and the baseline, chosen at run
+// time (target_clones), so a portable build still runs the lanes in vector registers.
+//
+// Threads: the transforms split (image, channel) planes, so each thread owns whole planes of x,
+// y and dx (the overlapping input tiles of the dx scatter never race); the 36 products of a
+// chunk are split over threads, one single-threaded gemm each (blas::gemm runs on one thread
+// inside a parallel region).
+#include "ops/conv2d_winograd_cpu.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/blas.h"
+#include "ops/cpu_util.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(STRATA_NO_TARGET_CLONES)
+#define STRATA_MULTIVERSION \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define STRATA_MULTIVERSION
+#endif
+
+namespace strata::ops::cpu::winograd {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kXi = 36;  // 6 x 6 transformed tile entries
+// Fewer channels than this on either side (the 3-channel first layer of an image model): the
+// transforms cost more than the products they save; im2col keeps such convolutions.
+constexpr int64_t kMinChannels = 16;
+// Output planes narrower or shorter than a tile (VGG's 2 x 2 at 32 px) waste most of it: im2col
+// was 3-4x faster there (tools/bench/op_bench.cpp, conv_vgg_512_2px).
+constexpr int64_t kMinOutputSide = 4;
+// Upper bound on a chunk's transformed tiles (V and M, or V and dM): measured on the 2-core EPYC
+// for ResNet-18 / VGG shapes at 32 px, larger chunks gain nothing once the products run on
+// hundreds of tiles, and smaller ones keep V in the caches between its transform and its gemm.
+constexpr int64_t kChunkBudgetBytes = int64_t{6} << 20;
+// Upper bound on one block of transformed kernels (see channels_per_block).
+constexpr int64_t kKernelBudgetBytes = int64_t{4} << 20;
+
+template <int O, int I>
+struct Mat {
+  float v[O][I];
+};
+
+template <int O, int I>
+constexpr Mat<I, O> transposed(const Mat<O, I>& m) {
+  Mat<I, O> t{};
+  for (int i = 0; i < O; ++i) {
+    for (int j = 0; j < I; ++j) t.v[j][i] = m.v[i][j];
+  }
+  return t;
+}
+
+// Lavin and Gray's F(4x4, 3x3) with interpolation points 0, +-1, +-2 and infinity.
+constexpr Mat<6, 6> kBT = {{{4, 0, -5, 0, 1, 0},
+                            {0, -4, -4, 1, 1, 0},
+                            {0, 4, -4, -1, 1, 0},
+                            {0, -2, -1, 2, 1, 0},
+                            {0, 2, -1, -2, 1, 0},
+                            {0, 4, 0, -5, 0, 1}}};
+constexpr Mat<6, 3> kG = {{{1.0f / 4, 0, 0},
+                           {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                           {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+                           {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                           {1.0f / 24, -1.0f / 12, 1.0f / 6},
+                           {0, 0, 1}}};
+constexpr Mat<4, 6> kAT = {{{1, 1, 1, 1, 1, 0},  //
+                            {0, 1, -1, 2, -2, 0},
+                            {0, 1, 1, 4, 4, 0},
+                            {0, 1, -1, 8, -8, 1}}};
+constexpr Mat<6, 6> kB = transposed(kBT);
+constexpr Mat<3, 6> kGT = transposed(kG);
+constexpr Mat<6, 4> kA = transposed(kAT);
+
+// out (O, O, kLanes) = P in P^T for in (I, I, kLanes).
+template <int O, int I, const Mat<O, I>& P>
+__attribute__((always_inline)) inline void transform(const float* in, float* out) {
+  float tmp[O * I * kLanes];
+#pragma GCC unroll 8
+  for (int i = 0; i < O; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < I; ++j) {
+      float* t = tmp + (i * I + j) * kLanes;
+      bool first = true;
+#pragma GCC unroll 8
+      for (int r = 0; r < I; ++r) {
+        const float c = P.v[i][r];
+        if (c == 0.0f) continue;
+        const float* src = in + (r * I + j) * kLanes;
+        if (first) {
+          for (int l = 0; l < kLanes; ++l) t[l] = c * src[l];
+        } else {
+          for (int l = 0; l < kLanes; ++l) t[l] += c * src[l];
+        }
+        first = false;
+      }
+      if (first) std::fill(t, t + kLanes, 0.0f);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < O; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < O; ++j) {
+      float* o = out + (i * O + j) * kLanes;
+      bool first = true;
+#pragma GCC unroll 8
+      for (int s = 0; s < I; ++s) {
+        const float c = P.v[j][s];
+        if (c == 0.0f) continue;
+        const float* src = tmp + (i * I + s) * kLanes;
+        if (first) {
+          for (int l = 0; l < kLanes; ++l) o[l] = c * src[l];
+        } else {
+          for (int l = 0; l < kLanes; ++l) o[l] += c * src[l];
+        }
+        first = false;
+      }
+      if (first) std::fill(o, o + kLanes, 0.0f);
+    }
+  }
+}
+
+// dst[0, n) = src[0, n) for n <= kLanes; a full group copies with a fixed size (inline vector
+// moves, not a library call per group).
+__attribute__((always_inline)) inline void copy_lanes(float* dst, const float* src, int n) {
+  if (n == kLanes) {
+    std::memcpy(dst, src, kLanes * sizeof(float));
+  } else {
+    for (int l = 0; l < n; ++l) dst[l] = src[l];
+  }
+}
+
+struct Geo {
+  int64_t batch, c, h, w, oc, oh, ow, ph, pw;
+  int64_t nty, ntx, tpi;  // tile rows, tile columns, tiles per image
+};
+
+Geo geometry(const Tensor& x, const Tensor& weight, const Conv2dParams& p) {
+  Geo g;
+  g.batch = x.size(0);
+  g.c = x.size(1);
+  g.h = x.size(2);
+  g.w = x.size(3);
+  g.oc = weight.size(0);
+  g.ph = p.pad_h;
+  g.pw = p.pad_w;
+  g.oh = g.h + 2 * g.ph - 2;
+  g.ow = g.w + 2 * g.pw - 2;
+  g.nty = (g.oh + 3) / 4;
+  g.ntx = (g.ow + 3) / 4;
+  g.tpi = g.nty * g.ntx;
+  return g;
+}
+
+// Output channels per block: the block's transformed kernels (36 kb C) within
+// kKernelBudgetBytes, blocks of even size. The products run block by block, so U never holds the
+// whole layer's 36 OC C (75 MiB at 512 channels, and fresh pages on every call).
+int64_t channels_per_block(const Geo& g) {
+  const int64_t per_channel = kXi * g.c * int64_t{sizeof(float)};
+  const int64_t fit = std::clamp<int64_t>(kKernelBudgetBytes / per_channel, 1, g.oc);
+  const int64_t blocks = (g.oc + fit - 1) / fit;
+  return (g.oc + blocks - 1) / blocks;
+}
+
+// Images per chunk: a chunk's V and products (M of one block, or all of dM) within
+// kChunkBudgetBytes, spread evenly.
+int64_t images_per_chunk(const Geo& g, int64_t product_rows) {
+  const int64_t per_image = kXi * (g.c + product_rows) * g.tpi * int64_t{sizeof(float)};
+  const int64_t fit = std::clamp<int64_t>(kChunkBudgetBytes / per_image, 1, g.batch);
+  const int64_t chunks = (g.batch + fit - 1) / fit;
+  return (g.batch + chunks - 1) / chunks;
+}
+
+// V[xi, ch, t0 + tile] for the tiles of planes [p0, p1) of x (plane = image nb_c + channel, within
+// a chunk of images starting at x).
+STRATA_MULTIVERSION
+void input_transform(const Geo& g, const float* x, int64_t ld_t, float* v, int64_t p0, int64_t p1) {
+  alignas(64) float in[kXi * kLanes];
+  alignas(64) float out[kXi * kLanes];
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const int64_t i = pl / g.c, ch = pl % g.c;
+    const float* plane = x + pl * g.h * g.w;
+    float* dst = v + ch * ld_t + i * g.tpi;
+    for (int64_t t0 = 0; t0 < g.tpi; t0 += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.tpi - t0));
+      if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
+      for (int l = 0; l < n; ++l) {
+        const int64_t ty = (t0 + l) / g.ntx, tx = (t0 + l) % g.ntx;
+        const int64_t r0 = 4 * ty - g.ph, s0 = 4 * tx - g.pw;
+        for (int r = 0; r < 6; ++r) {
+          const int64_t ih = r0 + r;
+          const bool row_in = ih >= 0 && ih < g.h;
+          const float* row = row_in ? plane + ih * g.w : plane;
+          for (int s = 0; s < 6; ++s) {
+            const int64_t iw = s0 + s;
+            in[(r * 6 + s) * kLanes + l] = row_in && iw >= 0 && iw < g.w ? row[iw] : 0.0f;
+          }
+        }
+      }
+      transform<6, 6, kBT>(in, out);
+      for (int xi = 0; xi < kXi; ++xi) {
+        copy_lanes(dst + xi * g.c * ld_t + t0, out + xi * kLanes, n);
+      }
+    }
+  }
+}
+
+// y planes of the output channels [ob, ob + kb) (plane = image kb + channel - ob, planes
+// [p0, p1)) from M[xi, o - ob, t] (M of the block: xi stride kb ld_t), plus bias.
+STRATA_MULTIVERSION
+void output_transform(const Geo& g, const float* m, int64_t ld_t, int64_t ob, int64_t kb,
+                      const float* bias, float* y, int64_t p0, int64_t p1) {
+  alignas(64) float in[kXi * kLanes];
+  alignas(64) float out[16 * kLanes];
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const int64_t i = pl / kb, o = ob + pl % kb;
+    const float b = bias != nullptr ? bias[o] : 0.0f;
+    float* plane = y + (i * g.oc + o) * g.oh * g.ow;
+    const float* src = m + (o - ob) * ld_t + i * g.tpi;
+    for (int64_t t0 = 0; t0 < g.tpi; t0 += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.tpi - t0));
+      if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
+      for (int xi = 0; xi < kXi; ++xi) copy_lanes(in + xi * kLanes, src + xi * kb * ld_t + t0, n);
+      transform<4, 6, kAT>(in, out);
+      for (int l = 0; l < n; ++l) {
+        const int64_t ty = (t0 + l) / g.ntx, tx = (t0 + l) % g.ntx;
+        const int rows = static_cast<int>(std::min<int64_t>(4, g.oh - 4 * ty));
+        const int cols = static_cast<int>(std::min<int64_t>(4, g.ow - 4 * tx));
+        for (int r = 0; r < rows; ++r) {
+          float* row = plane + (4 * ty + r) * g.ow + 4 * tx;
+          for (int s = 0; s < cols; ++s) row[s] = out[(r * 4 + s) * kLanes + l] + b;
+        }
+      }
+    }
+  }
+}
+
+// dM[xi, o, t] = (AT^T dY AT)[xi] for the dy planes [p0, p1) (plane = image OC + channel).
+STRATA_MULTIVERSION
+void output_grad_transform(const Geo& g, const float* dy, int64_t ld_t, float* dm, int64_t p0,
+                           int64_t p1) {
+  alignas(64) float in[16 * kLanes];
+  alignas(64) float out[kXi * kLanes];
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const int64_t i = pl / g.oc, o = pl % g.oc;
+    const float* plane = dy + pl * g.oh * g.ow;
+    float* dst = dm + o * ld_t + i * g.tpi;
+    for (int64_t t0 = 0; t0 < g.tpi; t0 += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.tpi - t0));
+      std::fill(in, in + 16 * kLanes, 0.0f);
+      for (int l = 0; l < n; ++l) {
+        const int64_t ty = (t0 + l) / g.ntx, tx = (t0 + l) % g.ntx;
+        const int rows = static_cast<int>(std::min<int64_t>(4, g.oh - 4 * ty));
+        const int cols = static_cast<int>(std::min<int64_t>(4, g.ow - 4 * tx));
+        for (int r = 0; r < rows; ++r) {
+          const float* row = plane + (4 * ty + r) * g.ow + 4 * tx;
+          for (int s = 0; s < cols; ++s) in[(r * 4 + s) * kLanes + l] = row[s];
+        }
+      }
+      transform<6, 4, kA>(in, out);
+      for (int xi = 0; xi < kXi; ++xi) {
+        copy_lanes(dst + xi * g.oc * ld_t + t0, out + xi * kLanes, n);
+      }
+    }
+  }
+}
+
+// dx planes [p0, p1) (plane = image C + channel) = the scatter of (BT^T dV BT) over the input
+// tiles; the plane is overwritten.
+STRATA_MULTIVERSION
+void input_grad_transform(const Geo& g, const float* dv, int64_t ld_t, float* dx, int64_t p0,
+                          int64_t p1) {
+  alignas(64) float in[kXi * kLanes];
+  alignas(64) float out[kXi * kLanes];
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const int64_t i = pl / g.c, ch = pl % g.c;
+    float* plane = dx + pl * g.h * g.w;
+    std::fill(plane, plane + g.h * g.w, 0.0f);
+    const float* src = dv + ch * ld_t + i * g.tpi;
+    for (int64_t t0 = 0; t0 < g.tpi; t0 += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.tpi - t0));
+      if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
+      for (int xi = 0; xi < kXi; ++xi) {
+        copy_lanes(in + xi * kLanes, src + xi * g.c * ld_t + t0, n);
+      }
+      transform<6, 6, kB>(in, out);
+      for (int l = 0; l < n; ++l) {
+        const int64_t ty = (t0 + l) / g.ntx, tx = (t0 + l) % g.ntx;
+        const int64_t r0 = 4 * ty - g.ph, s0 = 4 * tx - g.pw;
+        const int r_lo = static_cast<int>(std::max<int64_t>(0, -r0));
+        const int r_hi = static_cast<int>(std::min<int64_t>(6, g.h - r0));
+        const int s_lo = static_cast<int>(std::max<int64_t>(0, -s0));
+        const int s_hi = static_cast<int>(std::min<int64_t>(6, g.w - s0));
+        for (int r = r_lo; r < r_hi; ++r) {
+          float* row = plane + (r0 + r) * g.w + s0;
+          for (int s = s_lo; s < s_hi; ++s) row[s] += out[(r * 6 + s) * kLanes + l];
+        }
+      }
+    }
+  }
+}
+
+// U[xi, o - ob, ch] = (G g G^T)[xi] for output channels [o0, o1) of the block starting at ob
+// (U of the block: xi stride ld_xi).
+STRATA_MULTIVERSION
+void kernel_transform(const Geo& g, const float* w, int64_t ob, int64_t ld_xi, float* u, int64_t o0,
+                      int64_t o1) {
+  alignas(64) float in[9 * kLanes];
+  alignas(64) float out[kXi * kLanes];
+  for (int64_t o = o0; o < o1; ++o) {
+    for (int64_t c0 = 0; c0 < g.c; c0 += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.c - c0));
+      if (n < kLanes) std::fill(in, in + 9 * kLanes, 0.0f);
+      for (int l = 0; l < n; ++l) {
+        const float* k = w + (o * g.c + c0 + l) * 9;
+        for (int q = 0; q < 9; ++q) in[q * kLanes + l] = k[q];
+      }
+      transform<6, 3, kG>(in, out);
+      float* dst = u + (o - ob) * g.c + c0;
+      for (int xi = 0; xi < kXi; ++xi) copy_lanes(dst + xi * ld_xi, out + xi * kLanes, n);
+    }
+  }
+}
+
+// dweight[o, ch] += (G^T dU G) for output channels [o0, o1) from dU[xi, o - ob, ch] (xi stride
+// ld_xi).
+STRATA_MULTIVERSION
+void kernel_grad_transform(const Geo& g, const float* du, int64_t ob, int64_t ld_xi, float* dw,
+                           int64_t o0, int64_t o1) {
+  alignas(64) float in[kXi * kLanes];
+  alignas(64) float out[9 * kLanes];
+  for (int64_t o = o0; o < o1; ++o) {
+    for (int64_t c0 = 0; c0 < g.c; c0 += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.c - c0));
+      if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
+      const float* src = du + (o - ob) * g.c + c0;
+      for (int xi = 0; xi < kXi; ++xi) copy_lanes(in + xi * kLanes, src + xi * ld_xi, n);
+      transform<3, 6, kGT>(in, out);
+      for (int l = 0; l < n; ++l) {
+        float* k = dw + (o * g.c + c0 + l) * 9;
+        for (int q = 0; q < 9; ++q) k[q] += out[q * kLanes + l];
+      }
+    }
+  }
+}
+
+Tensor scratch(ExecContext& ctx, int64_t elements) {
+  return Tensor::empty({elements}, DType::kF32, &ctx.allocator());
+}
+
+// The 36 products of a chunk, split over threads, one single-threaded gemm each.
+template <typename F>
+void for_each_xi(F&& product) {
+  detail::parallel_for(kXi, 1, [&](int64_t x0, int64_t x1) {
+    for (int64_t xi = x0; xi < x1; ++xi) product(xi);
+  });
+}
+
+}  // namespace
+
+bool takes(const Tensor& x, const Tensor& weight, const Conv2dParams& p) {
+  return x.dtype() == DType::kF32 && weight.size(2) == 3 && weight.size(3) == 3 &&
+         p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         p.groups == 1 && p.pad_h <= 2 && p.pad_w <= 2 && x.size(1) >= kMinChannels &&
+         weight.size(0) >= kMinChannels && x.size(2) + 2 * p.pad_h - 2 >= kMinOutputSide &&
+         x.size(3) + 2 * p.pad_w - 2 >= kMinOutputSide;
+}
+
+void forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const float* bias,
+             const Conv2dParams& p, Tensor& y) {
+  const Geo g = geometry(x, weight, p);
+  const int64_t kb_max = channels_per_block(g);
+  const int64_t nb_max = images_per_chunk(g, kb_max);
+  const int64_t t_max = nb_max * g.tpi;
+  // U of a block, V of a chunk, M of a block and chunk.
+  Tensor buffer = scratch(ctx, kXi * kb_max * g.c + kXi * (g.c + kb_max) * t_max);
+  float* u = buffer.data<float>();
+  float* v = u + kXi * kb_max * g.c;
+  float* m = v + kXi * g.c * t_max;
+  const float* pw = weight.data<float>();
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  for (int64_t b0 = 0; b0 < g.batch; b0 += nb_max) {
+    const int64_t nb = std::min(nb_max, g.batch - b0);
+    const int64_t ld_t = nb * g.tpi;
+    const float* xb = px + b0 * g.c * g.h * g.w;
+    detail::parallel_for(nb * g.c, 1,
+                         [&](int64_t p0, int64_t p1) { input_transform(g, xb, ld_t, v, p0, p1); });
+    float* yb = py + b0 * g.oc * g.oh * g.ow;
+    for (int64_t ob = 0; ob < g.oc; ob += kb_max) {
+      const int64_t kb = std::min(kb_max, g.oc - ob);
+      detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
+        kernel_transform(g, pw, ob, kb * g.c, u, ob + o0, ob + o1);
+      });
+      for_each_xi([&](int64_t xi) {
+        blas::gemm(ctx, false, false, kb, ld_t, g.c, 1.0f, u + xi * kb * g.c, g.c,
+                   v + xi * g.c * ld_t, ld_t, 0.0f, m + xi * kb * ld_t, ld_t);
+      });
+      detail::parallel_for(nb * kb, 1, [&](int64_t p0, int64_t p1) {
+        output_transform(g, m, ld_t, ob, kb, bias, yb, p0, p1);
+      });
+    }
+  }
+}
+
+void backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+              const Conv2dParams& p, float* dweight, float* dx) {
+  if (dweight == nullptr && dx == nullptr) return;
+  const Geo g = geometry(x, weight, p);
+  const int64_t kb_max = channels_per_block(g);
+  const int64_t nb_max = images_per_chunk(g, g.oc);
+  const int64_t t_max = nb_max * g.tpi;
+  // U or dU of a block, then V / dV and dM of a chunk.
+  Tensor buffer = scratch(ctx, kXi * kb_max * g.c + kXi * (g.c + g.oc) * t_max);
+  float* u = buffer.data<float>();
+  float* v = u + kXi * kb_max * g.c;
+  float* dm = v + kXi * g.c * t_max;
+  const float* pw = weight.data<float>();
+  const float* px = x.data<float>();
+  const float* pdy = dy.data<float>();
+  for (int64_t b0 = 0; b0 < g.batch; b0 += nb_max) {
+    const int64_t nb = std::min(nb_max, g.batch - b0);
+    const int64_t ld_t = nb * g.tpi;
+    const float* dyb = pdy + b0 * g.oc * g.oh * g.ow;
+    detail::parallel_for(nb * g.oc, 1, [&](int64_t p0, int64_t p1) {
+      output_grad_transform(g, dyb, ld_t, dm, p0, p1);
+    });
+    if (dweight != nullptr) {
+      // dU of each block (for this chunk) goes into dweight at once: G^T . G is linear.
+      const float* xb = px + b0 * g.c * g.h * g.w;
+      detail::parallel_for(
+          nb * g.c, 1, [&](int64_t p0, int64_t p1) { input_transform(g, xb, ld_t, v, p0, p1); });
+      for (int64_t ob = 0; ob < g.oc; ob += kb_max) {
+        const int64_t kb = std::min(kb_max, g.oc - ob);
+        for_each_xi([&](int64_t xi) {
+          blas::gemm(ctx, false, true, kb, g.c, ld_t, 1.0f, dm + (xi * g.oc + ob) * ld_t, ld_t,
+                     v + xi * g.c * ld_t, ld_t, 0.0f, u + xi * kb * g.c, g.c);
+        });
+        detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
+          kernel_grad_transform(g, u, ob, kb * g.c, dweight, ob + o0, ob + o1);
+        });
+      }
+    }
+    if (dx != nullptr) {
+      // dV = sum over the blocks of U_block^T dM_block, into V's buffer.
+      for (int64_t ob = 0; ob < g.oc; ob += kb_max) {
+        const int64_t kb = std::min(kb_max, g.oc - ob);
+        detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
+          kernel_transform(g, pw, ob, kb * g.c, u, ob + o0, ob + o1);
+        });
+        const float beta = ob == 0 ? 0.0f : 1.0f;
+        for_each_xi([&](int64_t xi) {
+          blas::gemm(ctx, true, false, g.c, ld_t, kb, 1.0f, u + xi * kb * g.c, g.c,
+                     dm + (xi * g.oc + ob) * ld_t, ld_t, beta, v + xi * g.c * ld_t, ld_t);
+        });
+      }
+      float* dxb = dx + b0 * g.c * g.h * g.w;
+      detail::parallel_for(nb * g.c, 1, [&](int64_t p0, int64_t p1) {
+        input_grad_transform(g, v, ld_t, dxb, p0, p1);
+      });
+    }
+  }
+}
+
+}  // namespace strata::ops::cpu::winograd
