@@ -23,6 +23,7 @@ start, the time (s) and step at which the mean loss of the last --loss-window st
 to --target-loss, and the moves made; medians of --repeats interleaved runs.
 
   tools/bench/dynpipe_recovery.py build/strata --model forest.json [--steps 160] [--repeats 2]
+      [--workloads none,slow:3,slow:8,load] [--rank 0]
 """
 import argparse
 import json
@@ -68,21 +69,23 @@ def main():
     ap.add_argument("strata")
     ap.add_argument("--model", required=True, help="the slowdown model (strata fit-slowdown)")
     ap.add_argument("--steps", type=int, default=160)
-    ap.add_argument("--from-step", type=int, default=10)
-    ap.add_argument("--settle", type=int, default=40)
+    ap.add_argument("--from-step", type=int, default=15)
+    ap.add_argument("--settle", type=int, default=25)
     ap.add_argument("--every", type=int, default=10, help="dynpipe's --repartition-every")
     ap.add_argument("--epoch-steps", type=int, default=40, help="pipedream-re's 'epoch'")
     ap.add_argument("--partition", default="conv1-pool1,conv2,bn2-pool2,flatten-fc2",
-                    help="the start: conv2 (most of the compute) alone on rank 1")
-    ap.add_argument("--rank", type=int, default=1)
+                    help="the start (stage 0 the heaviest, as measured here)")
+    ap.add_argument("--rank", type=int, default=0,
+                    help="the slowed rank (stage 0, conv1-pool1, is the heaviest here)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--factor", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=2, help="load threads")
-    ap.add_argument("--target-loss", type=float, default=0.8)
+    ap.add_argument("--target-loss", type=float, default=0.5)
     ap.add_argument("--loss-window", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--workloads", default="none,slow,load")
+    ap.add_argument("--workloads", default="none,slow:3,slow:8,load",
+                    help="none, slow[:FACTOR], load")
     a = ap.parse_args()
     base = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
             "60000", "--test-samples", "64", "--stages", "4", "--local", "--threads", "1",
@@ -90,13 +93,18 @@ def main():
             "--steps", str(a.steps), "--partition", a.partition, "--seed", "1",
             "--schedule", "async-1f1b", "--optimizer", "sgd", "--lr", "0.02", "--momentum", "0.9"]
     f, r = a.from_step, a.rank
-    specs = {
-        "none": ("none", ""),
-        "slow": ("slow (rank %d, factor %g)" % (r, a.factor),
-                 "rank=%d,from=%d,kind=slow,factor=%g" % (r, f, a.factor)),
-        "load": ("load (rank %d, %d threads)" % (r, a.threads),
-                 "rank=%d,from=%d,kind=load,threads=%d" % (r, f, a.threads)),
-    }
+    def spec(key):
+        """none, slow:FACTOR (or slow: --factor), load (--threads)."""
+        if key == "none":
+            return "none", ""
+        if key.startswith("slow"):
+            x = float(key.split(":")[1]) if ":" in key else a.factor
+            return ("slow (rank %d, factor %g)" % (r, x),
+                    "rank=%d,from=%d,kind=slow,factor=%g" % (r, f, x))
+        if key == "load":
+            return ("load (rank %d, %d threads)" % (r, a.threads),
+                    "rank=%d,from=%d,kind=load,threads=%d" % (r, f, a.threads))
+        sys.exit("unknown workload " + key)
     systems = [
         ("static async-1f1b", []),
         ("PipeDream-Re", ["--repartition", "pipedream-re", "--repartition-every",
@@ -118,12 +126,12 @@ def main():
           "step | moves | final partition (last run) |")
     print("|---|---|---|---|---|---|---|---|")
     for key in a.workloads.split(","):
-        name, spec = specs[key]
+        name, inject = spec(key)
         res = {s: {"step": [], "ttl": [], "ttl_step": [], "moves": 0, "final": ""}
                for s, _ in systems}
         for rep in range(a.repeats):
             for sname, extra in systems:
-                args = base + extra + (["--inject", spec] if spec else [])
+                args = base + extra + (["--inject", inject] if inject else [])
                 recs = run(a.strata, args, os.path.join(tmp, "%s_%d.jsonl" % (key, rep)))
                 t = step_seconds(recs)
                 res[sname]["step"].append(
