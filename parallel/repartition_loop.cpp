@@ -6,6 +6,7 @@
 
 #include "engine/check.h"
 #include "engine/log.h"
+#include "parallel/dynpipe/policy.h"
 
 namespace strata::parallel {
 
@@ -20,8 +21,34 @@ RepartitionLoop::RepartitionLoop(const RepartitionConfig& config, std::vector<st
       total_(total_steps) {
   if (config.policy == "off") return;
   STRATA_CHECK_GE(config.every, 2) << "--repartition-every must be at least 2 steps";
-  policy_ = make_repartition_policy(config.policy, config.threshold);
+  dynpipe::PolicyOptions o;
+  o.name = config.policy;
+  o.threshold = config.threshold;
+  o.model_path = config.slowdown_model;
+  o.fallback = config.slowdown_fallback;
+  o.top_k = static_cast<size_t>(std::max<int64_t>(0, config.top_k));
+  o.log = rank == 0;
+  policy_ = dynpipe::make_policy(o);
   layer_start_.assign(names_.size(), 0.0);
+}
+
+int64_t RepartitionConfig::resolve_every(const RepartitionConfig& config, int64_t steps_per_epoch) {
+  if (config.every != 0) return config.every;
+  return config.policy == "pipedream-re" ? steps_per_epoch : 20;
+}
+
+void RepartitionLoop::describe(const graph::Model& model, int world, double samples_per_step) {
+  layer_params_.assign(names_.size(), 0.0);
+  for (size_t l = 0; l < names_.size() && l < model.size(); ++l) {
+    for (const graph::ParamSpec& p : model.layer(l).param_specs()) {
+      layer_params_[l] += static_cast<double>(shape_numel(p.shape)) * sizeof(float);
+    }
+  }
+  samples_per_step_ = samples_per_step;
+  if (config_.monitor_interval_ms > 0) {
+    monitor_ = std::make_unique<dynpipe::StageMonitor>(config_.monitor_interval_ms, rank_, stage_,
+                                                       rank_ / std::max(1, stages_), world);
+  }
 }
 
 bool RepartitionLoop::decides_after(int64_t step) const {
@@ -56,12 +83,18 @@ std::vector<double> RepartitionLoop::contribution(int64_t step, const StageMemor
   std::vector<double> out;
   if (decides_after(step)) {
     const size_t L = names_.size();
-    out.assign(L + static_cast<size_t>(stages_) + 1, 0.0);
+    out.assign(3 * L + static_cast<size_t>(stages_) + 1, 0.0);
+    const size_t bytes = L + static_cast<size_t>(stages_) + 1;
     for (size_t i = 0; i < memory.layer_forward_seconds.size(); ++i) {
       const size_t l = memory.first_layer + i;
       const double now = memory.layer_forward_seconds[i] + memory.layer_backward_seconds[i];
       out[l] = now - layer_start_[l];
       layer_start_[l] = now;
+      // The layers' bytes per sample (DynPipe's layer features), from one group.
+      if (rank_ < stages_ && i < memory.layer_output_bytes.size()) {
+        out[bytes + l] = memory.layer_output_bytes[i];
+        out[bytes + L + l] = memory.layer_activation_bytes[i];
+      }
     }
     out[L + static_cast<size_t>(stage_)] = window_busy_;
     // The window's length, counted once (by rank 0): every rank's is the same.
@@ -90,7 +123,8 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
   if (!active()) return std::nullopt;
   const size_t L = names_.size();
   if (decides_after(step)) {
-    STRATA_CHECK_EQ(sum.size(), L + static_cast<size_t>(stages_) + 1) << "repartition statistics";
+    STRATA_CHECK_EQ(sum.size(), 3 * L + static_cast<size_t>(stages_) + 1)
+        << "repartition statistics";
     if (rank_ != 0) return std::nullopt;
     RepartitionInput in;
     in.step = step + 1;
@@ -101,6 +135,12 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
     for (int s = 0; s < stages_; ++s) {
       in.stage_busy_seconds.push_back(sum[L + static_cast<size_t>(s)] * per);
     }
+    const size_t bytes = L + static_cast<size_t>(stages_) + 1;
+    in.layer_output_bytes.assign(sum.begin() + bytes, sum.begin() + bytes + L);
+    in.layer_activation_bytes.assign(sum.begin() + bytes + L, sum.begin() + bytes + 2 * L);
+    in.layer_param_bytes = layer_params_;
+    in.samples_per_step = samples_per_step_;
+    if (monitor_) in.stage_counters = stage_counters();
     RepartitionRecord r;
     r.step = step + 1;
     r.policy = policy_->name();
@@ -172,13 +212,38 @@ std::optional<RepartitionRecord> RepartitionLoop::exchange(
     int64_t step, const StageMemoryStats& memory, double busy_seconds, const Ranges& current,
     std::vector<double>* metrics, const std::function<void(std::vector<double>*)>& sum) {
   const size_t own = metrics->size();
-  const std::vector<double> extra = contribution(step, memory, busy_seconds, current);
+  // The monitor's samples (every step while it runs), then the loop's statistics or decision.
+  std::vector<double> extra;
+  if (monitor_) extra = monitor_->contribution(step, busy_seconds);
+  const size_t samples = extra.size();
+  const std::vector<double> loop = contribution(step, memory, busy_seconds, current);
+  extra.insert(extra.end(), loop.begin(), loop.end());
   metrics->insert(metrics->end(), extra.begin(), extra.end());
   sum(metrics);
-  const std::vector<double> summed(metrics->begin() + static_cast<std::ptrdiff_t>(own),
-                                   metrics->end());
+  const auto begin = metrics->begin() + static_cast<std::ptrdiff_t>(own);
+  fresh_.clear();
+  if (monitor_) {
+    fresh_ =
+        monitor_->absorb(std::vector<double>(begin, begin + static_cast<std::ptrdiff_t>(samples)));
+  }
+  const std::vector<double> summed(begin + static_cast<std::ptrdiff_t>(samples), metrics->end());
   metrics->resize(own);
   return absorb(step, summed, current);
+}
+
+std::vector<std::map<std::string, double>> RepartitionLoop::stage_counters() const {
+  std::vector<std::map<std::string, double>> out(static_cast<size_t>(stages_));
+  std::vector<int> seen(static_cast<size_t>(stages_), 0);
+  for (const dynpipe::MonitorSample& s : monitor_->latest()) {
+    if (s.seq == 0 || s.stage < 0 || s.stage >= stages_) continue;
+    const size_t st = static_cast<size_t>(s.stage);
+    for (const auto& [name, v] : s.counter_map()) out[st][name] += v;
+    ++seen[st];
+  }
+  for (size_t st = 0; st < out.size(); ++st) {
+    for (auto& [name, v] : out[st]) v /= std::max(1, seen[st]);
+  }
+  return out;
 }
 
 void RepartitionLoop::check(const RepartitionConfig& config, bool synchronous, bool restart,

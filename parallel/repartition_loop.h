@@ -20,12 +20,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "graph/model.h"
+#include "parallel/dynpipe/monitor.h"
 #include "parallel/partition/partition.h"
 #include "parallel/runtime/stage_memory.h"
 #include "parallel/vpipe/repartition.h"
@@ -33,9 +36,16 @@
 namespace strata::parallel {
 
 struct RepartitionConfig {
-  std::string policy = "off";  // off | vpipe
-  int64_t every = 20;          // steps per window (>= 2)
+  std::string policy = "off";  // off | vpipe | dynpipe | dynpipe-no-rf | pipedream-re
+  int64_t every = 20;          // steps per window (>= 2); 0: the policy's default (resolve_every)
   double threshold = 0.05;     // the least predicted gain applied (a fraction)
+  std::string slowdown_model;  // dynpipe: --slowdown-model FILE
+  std::string slowdown_fallback;  // dynpipe: "" or "no-rf" (--slowdown-fallback)
+  int64_t top_k = 0;              // dynpipe*: --repartition-top-k (0: no condensation)
+  // --monitor-interval-ms: the runtime monitor's period (parallel/dynpipe/monitor.h); 0: off.
+  double monitor_interval_ms = 0.0;
+  // The policy's default window: 20 steps, or for pipedream-re the epoch (`steps_per_epoch`).
+  static int64_t resolve_every(const RepartitionConfig& config, int64_t steps_per_epoch);
 };
 
 // One decision, reported by rank 0 (TrainObserver::on_repartition).
@@ -55,6 +65,11 @@ class RepartitionLoop {
   RepartitionLoop(const RepartitionConfig& config, std::vector<std::string> names, int rank,
                   int stage, int stages, int groups, int64_t total_steps);
   bool active() const { return policy_ != nullptr; }
+  // What DynPipe's policies read besides the times: the model's layers (parameter bytes), the
+  // world's size (the monitor's slots) and the samples of a step per group.
+  void describe(const graph::Model& model, int world, double samples_per_step);
+  // The monitor's samples that reached this rank with the last exchange (rank 0 reports them).
+  const std::vector<dynpipe::MonitorSample>& fresh_samples() const { return fresh_; }
 
   using Ranges = std::vector<std::pair<size_t, size_t>>;  // [begin, end) per stage
 
@@ -86,6 +101,9 @@ class RepartitionLoop {
 
  private:
   bool decides_after(int64_t step) const;
+  // Per stage, the mean of the monitor's latest counters over its ranks (a stage none of whose
+  // ranks sampled yet: empty).
+  std::vector<std::map<std::string, double>> stage_counters() const;
   // Only moves that measure better stay (vPIPE applies only improving plans; the prediction can
   // be wrong: a layer's time depends on the rank that runs it): when the slowest stage's measured
   // busy time after the policy's last move is above the one before it, the layers move back and
@@ -108,7 +126,11 @@ class RepartitionLoop {
   bool seen_first_ = false;  // the first step this loop sees is left out of the window
   int64_t window_steps_ = 0;
   double window_busy_ = 0.0;
-  std::vector<double> layer_start_;             // per model layer (this stage's layers), seconds
+  std::vector<double> layer_start_;  // per model layer (this stage's layers), seconds
+  std::unique_ptr<dynpipe::StageMonitor> monitor_;
+  std::vector<dynpipe::MonitorSample> fresh_;
+  std::vector<double> layer_params_;  // bytes, per model layer
+  double samples_per_step_ = 1.0;
   std::optional<RepartitionDecision> pending_;  // rank 0: decided, not yet told to the others
   int64_t pending_step_ = -1;                   // the step whose metrics carry it
   std::optional<Ranges> due_partition_;

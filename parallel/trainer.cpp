@@ -215,6 +215,10 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
   STRATA_CHECK(pipeline_.migrations.empty() || pipeline.grad_sync.delay == 0)
       << "--migrate-at with --dp-delay " << pipeline.grad_sync.delay
       << ": the delayed gradients are laid out by the stage's layers; migrate without delay";
+  TrainConfig epoch = config;  // --repartition-every's default window (pipedream-re: an epoch)
+  epoch.steps = 0, epoch.epochs = 1;
+  pipeline_.repartition.every = RepartitionConfig::resolve_every(
+      pipeline_.repartition, total_steps(epoch, pipeline, train_->size()));
   RepartitionLoop::check(pipeline_.repartition, is_synchronous(pipeline.schedule),
                          pipeline.migration == MigrationMode::kRestart,
                          pipeline_.memory_plan.uses(MemoryPolicy::kSwap, 0, model_->size()));
@@ -407,6 +411,8 @@ TrainSummary Trainer::run() {
   for (size_t i = 0; i < model_->size(); ++i) layer_names.push_back(model_->layer(i).name());
   injector.set_layer_names(layer_names);
   RepartitionLoop repartition(pipeline_.repartition, layer_names, rank_, stage_, S, G, total);
+  repartition.describe(*model_, world_ != nullptr ? world_->size() : 1,
+                       static_cast<double>(config_.batch_size / G));
   ExecutorConfig ec;
   ec.kind = pipeline_.schedule;
   ec.seed = config_.seed;
@@ -567,6 +573,9 @@ TrainSummary Trainer::run() {
           step, executor->memory_stats(), stats.busy_seconds, pipeline_.partition, &m,
           [&](std::vector<double>* v) { world_sum(world_, v, "step metrics"); });
       if (decided && observer_ != nullptr && rank_ == 0) observer_->on_repartition(*decided);
+      for (const auto& sample : repartition.fresh_samples()) {  // --monitor-interval-ms
+        if (observer_ != nullptr && rank_ == 0) observer_->on_monitor(sample);
+      }
     }
     stats.grad_norm = std::sqrt(std::max(m[3], 0.0));
     // The step ends for every rank when the last one is done (the sum above waited for it).

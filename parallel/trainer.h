@@ -235,7 +235,8 @@ class TrainObserver {
   virtual void on_log(const StepRecord& record) {}   // every log_every steps and the last
   virtual void on_eval(const EvalRecord& record) {}
   virtual void on_migration(const MigrationRecord& record) {}
-  virtual void on_repartition(const RepartitionRecord& record) {}  // --repartition's decisions
+  virtual void on_repartition(const RepartitionRecord& record) {}   // --repartition's decisions
+  virtual void on_monitor(const dynpipe::MonitorSample& sample) {}  // --monitor-interval-ms
   // On every rank that has an observer (the others above: rank 0 only), after every step, once
   // its update, log record and evaluation are done and before its checkpoint. Every rank calls it
   // at the same steps, so an observer may run collectives on a communicator of its own (made

@@ -167,4 +167,23 @@ void ConsoleReporter::on_repartition(const parallel::RepartitionRecord& r) {
   }
 }
 
+void ConsoleReporter::on_monitor(const parallel::dynpipe::MonitorSample& m) {
+  if (metrics_ == nullptr) return;  // the monitor's samples go to --metrics only
+  metrics_->write({{"type", "monitor"},
+                   {"step", m.step},
+                   {"rank", m.rank},
+                   {"stage", m.stage},
+                   {"group", m.group},
+                   {"seq", m.seq},
+                   {"seconds", m.seconds},
+                   {"busy_seconds", m.busy_seconds},
+                   {"steps", m.steps},
+                   {"cpu_util_mean", m.counters.cpu_util_mean},
+                   {"cpu_util_max", m.counters.cpu_util_max},
+                   {"procs_running", m.counters.procs_running},
+                   {"ctxt_per_s", m.counters.ctxt_per_s},
+                   {"voluntary_cs_per_s", m.counters.voluntary_cs_per_s},
+                   {"involuntary_cs_per_s", m.counters.involuntary_cs_per_s}});
+}
+
 }  // namespace strata::tools

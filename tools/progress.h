@@ -29,6 +29,7 @@ class ConsoleReporter final : public parallel::TrainObserver {
   void on_eval(const parallel::EvalRecord& r) override;
   void on_migration(const parallel::MigrationRecord& r) override;
   void on_repartition(const parallel::RepartitionRecord& r) override;
+  void on_monitor(const parallel::dynpipe::MonitorSample& m) override;
 
  private:
   void clear_live_line();

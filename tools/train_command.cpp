@@ -473,7 +473,15 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   for (const parallel::InjectSpec& spec : p.inject) {
     if (spec.kind == "grow") parallel::inject_layer_range(spec, s.layer_names);
   }
-  p.repartition = {o.repartition, o.repartition_every, o.repartition_threshold};
+  p.repartition = {o.repartition,
+                   o.repartition_every,
+                   o.repartition_threshold,
+                   o.slowdown_model,
+                   o.slowdown_fallback,
+                   o.repartition_top_k,
+                   o.monitor_interval_ms >= 0 ? o.monitor_interval_ms
+                   : o.repartition != "off"   ? 500.0
+                                              : 0.0};
   STRATA_CHECK(o.dp_delay == 0 || p.groups > 1)
       << "--dp-delay " << o.dp_delay << " delays the all-reduce across data-parallel groups, "
       << "but there is one group (use --groups > 1)";

@@ -82,9 +82,14 @@ struct TrainOptions {
   std::string weight_cache = "off";     // --weight-cache off|on
   std::vector<std::string> migrate_at;  // "STEP:PARTITION" re-layouts (vPIPE part 2)
   std::string migration = "live";       // live | restart
-  std::string repartition = "off";      // off | vpipe (parallel/repartition_loop.h)
-  int64_t repartition_every = 20;
+  // off | vpipe | dynpipe | dynpipe-no-rf | pipedream-re (parallel/repartition_loop.h)
+  std::string repartition = "off";
+  int64_t repartition_every = 0;  // 0: the policy's default (20; pipedream-re: an epoch)
   double repartition_threshold = 0.05;
+  int64_t repartition_top_k = 0;
+  std::string slowdown_model;       // --repartition dynpipe
+  std::string slowdown_fallback;    // "" | no-rf
+  double monitor_interval_ms = -1;  // -1: 500 with --repartition, else off; 0: off
   // Gradient all-reduce across the groups (parallel/grouped_dp.h).
   std::string dp_overlap = "on";
   double dp_bucket_mb = 25.0;

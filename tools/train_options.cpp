@@ -191,18 +191,38 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "boundary, where both are the same")
       ->check(CLI::IsMember({"live", "restart"}));
   cmd->add_option("--repartition", o.repartition,
-                  "Move layers between stages while training, by policy: off, or vpipe (vPIPE's "
+                  "Move layers between stages while training, by policy: off; vpipe (vPIPE's "
                   "loop: every --repartition-every steps the measured per-layer forward and "
-                  "backward times go to Algorithm 3, and its partition is applied when its "
-                  "predicted slowest stage is faster by more than --repartition-threshold; "
-                  "async-1f1b needs --migration restart)")
-      ->check(CLI::IsMember({"off", "vpipe"}));
+                  "backward times go to Algorithm 3); dynpipe (DynPipe's Algorithm 2: solo layer "
+                  "costs, each rank's slowdown predicted by --slowdown-model from the monitor's "
+                  "CPU counters); dynpipe-no-rf (Algorithm 2 with each rank's last measured "
+                  "slowdown); pipedream-re (PipeDream's partitioner on the measured layer costs, "
+                  "every epoch by default). A plan is applied when its predicted slowest stage "
+                  "(cycle time for the dynpipe policies) is faster by more than "
+                  "--repartition-threshold; async-1f1b and 2bw need --migration restart")
+      ->check(CLI::IsMember({"off", "vpipe", "dynpipe", "dynpipe-no-rf", "pipedream-re"}));
   cmd->add_option("--repartition-every", o.repartition_every,
                   "--repartition: steps of statistics per decision (>= 2); a decided move goes "
-                  "two steps later");
+                  "two steps later. Default 20; pipedream-re: the steps of an epoch");
   cmd->add_option("--repartition-threshold", o.repartition_threshold,
                   "--repartition: the least predicted gain of the slowest stage applied, as a "
                   "fraction in [0, 1)");
+  cmd->add_option("--repartition-top-k", o.repartition_top_k,
+                  "--repartition dynpipe, dynpipe-no-rf, pipedream-re: condense the layers into "
+                  "blocks ending at the K most expensive ones (0: every layer is a block)");
+  cmd->add_option("--slowdown-model", o.slowdown_model,
+                  "--repartition dynpipe: the slowdown model (strata fit-slowdown's file, "
+                  "fitted on strata profile --colocation's data); a missing, truncated or "
+                  "foreign file stops the run unless --slowdown-fallback no-rf");
+  cmd->add_option("--slowdown-fallback", o.slowdown_fallback,
+                  "--repartition dynpipe: no-rf goes on as dynpipe-no-rf when --slowdown-model "
+                  "cannot be used (saying so)")
+      ->check(CLI::IsMember({"no-rf"}));
+  cmd->add_option("--monitor-interval-ms", o.monitor_interval_ms,
+                  "Runtime monitor: every stage samples its compute time and CPU counters every "
+                  "MS of wall time; the samples ride on the step's metrics all-reduce to rank 0, "
+                  "written as {\"type\":\"monitor\"} records of --metrics. Default 500 with "
+                  "--repartition, off otherwise; 0: off");
   cmd->add_option("--dp-overlap", o.dp_overlap,
                   "Gradient all-reduce across groups: on (per bucket, launched as soon as its "
                   "layers' last backward is done, overlapping the rest of backward) or off (after "
@@ -365,8 +385,14 @@ std::string describe_system(const TrainOptions& o) {
 std::string describe_repartition(const TrainOptions& o) {
   if (o.repartition == "off") return "off";
   std::ostringstream out;
-  out << o.repartition << ", every " << o.repartition_every << " steps, threshold "
-      << o.repartition_threshold;
+  out << o.repartition << ", every ";
+  if (o.repartition_every > 0) {
+    out << o.repartition_every << " steps";
+  } else {
+    out << (o.repartition == "pipedream-re" ? "epoch" : "20 steps");
+  }
+  out << ", threshold " << o.repartition_threshold;
+  if (!o.slowdown_model.empty()) out << ", model " << o.slowdown_model;
   return out.str();
 }
 
@@ -449,8 +475,27 @@ void check_train_flags(const TrainOptions& o) {
   parallel::sdpipe::SyncConfig window;
   parallel::sdpipe::parse_sync_window(o.sync_window, &window);
   parallel::parse_inject(o.inject);
+  STRATA_CHECK(o.slowdown_model.empty() || o.repartition == "dynpipe")
+      << "--slowdown-model is read by --repartition dynpipe, not --repartition " << o.repartition;
+  STRATA_CHECK(o.slowdown_fallback.empty() || o.repartition == "dynpipe")
+      << "--slowdown-fallback is for --repartition dynpipe, not --repartition " << o.repartition;
+  STRATA_CHECK(o.repartition != "dynpipe" || !o.slowdown_model.empty())
+      << "--repartition dynpipe needs --slowdown-model FILE (strata fit-slowdown writes one), "
+      << "or use --repartition dynpipe-no-rf";
+  STRATA_CHECK(o.repartition_top_k >= 0)
+      << "--repartition-top-k must be >= 0, got " << o.repartition_top_k;
+  STRATA_CHECK(std::isfinite(o.monitor_interval_ms) &&
+               (o.monitor_interval_ms >= 0 || o.monitor_interval_ms == -1))
+      << "--monitor-interval-ms must be >= 0, got " << o.monitor_interval_ms;
+  STRATA_CHECK(o.monitor_interval_ms <= 0 || o.sync == "allreduce")
+      << "--monitor-interval-ms with --sync " << o.sync
+      << ": the monitor rides on the step's all-reduce, which the replicas skip; use --sync "
+         "allreduce";
+  STRATA_CHECK(o.repartition != "dynpipe" || o.monitor_interval_ms != 0)
+      << "--repartition dynpipe reads the monitor's counters: --monitor-interval-ms 0 turns it "
+         "off";
   if (o.repartition != "off") {
-    STRATA_CHECK(o.repartition_every >= 2)
+    STRATA_CHECK(o.repartition_every == 0 || o.repartition_every >= 2)
         << "--repartition-every must be >= 2 steps, got " << o.repartition_every;
     STRATA_CHECK(std::isfinite(o.repartition_threshold) && o.repartition_threshold >= 0 &&
                  o.repartition_threshold < 1)

@@ -73,6 +73,8 @@ StageMemory::StageMemory(ExecContext& ctx, graph::Model& model, graph::ParamStor
   stats_.first_layer = begin;
   stats_.layer_forward_seconds.assign(end - begin, 0.0);
   stats_.layer_backward_seconds.assign(end - begin, 0.0);
+  stats_.layer_output_bytes.assign(end - begin, 0.0);
+  stats_.layer_activation_bytes.assign(end - begin, 0.0);
   STRATA_CHECK(!swaps_ || copies_ != nullptr)
       << "stage memory: layers " << begin << "-" << end - 1 << " swap but no copy engine is given";
   // Device memory that swap-outs still hold goes before an allocation is refused.
@@ -103,6 +105,22 @@ int64_t StageMemory::live_records() const {
     for (const LayerRecord& r : m->layers) n += r.live ? 1 : 0;
   }
   return n;
+}
+
+void StageMemory::record_layer_bytes(size_t layer, const TensorList& outputs,
+                                     const LayerTape& tape) {
+  double out = 0.0, saved = 0.0, rows = 0.0;
+  for (const Tensor& t : outputs) {
+    if (!t.defined()) continue;
+    out += static_cast<double>(t.nbytes());
+    if (rows == 0.0 && !t.shape().empty()) rows = static_cast<double>(t.shape()[0]);
+  }
+  for (const Tensor& t : tape.saved) {
+    if (t.defined()) saved += static_cast<double>(t.nbytes());
+  }
+  rows = std::max(rows, 1.0);
+  stats_.layer_output_bytes[layer - begin_] = out / rows;
+  stats_.layer_activation_bytes[layer - begin_] = (out + saved) / rows;
 }
 
 TensorList StageMemory::forward(int64_t mb, const TensorList& inputs,
@@ -137,6 +155,7 @@ TensorList StageMemory::forward(int64_t mb, const TensorList& inputs,
     x = model_.forward_layer(ctx_, i, x, record.tape, options);
     if (layer_observer_) layer_observer_(i, false, options.step, seconds_since(layer_start));
     stats_.layer_forward_seconds[i - begin_] += seconds_since(layer_start);
+    record_layer_bytes(i, x, record.tape);
     record.live = true;
     ++stats_.records_created;
     if (record.policy == MemoryPolicy::kRecompute) {

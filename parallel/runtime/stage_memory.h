@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "engine/exec_context.h"
+#include "engine/tape.h"
 #include "graph/model.h"
 #include "graph/param_store.h"
 #include "parallel/runtime/copy_engine.h"
@@ -63,6 +64,10 @@ struct StageMemoryStats {
   size_t first_layer = 0;
   std::vector<double> layer_forward_seconds;
   std::vector<double> layer_backward_seconds;
+  // Per layer of the stage, per sample of its last training forward: the outputs' bytes and the
+  // outputs' plus the tape's saved bytes (DynPipe's layer features, parallel/dynpipe/policy.h).
+  std::vector<double> layer_output_bytes;
+  std::vector<double> layer_activation_bytes;
 };
 
 // Called after each layer's training forward (backward = false) or backward of a micro-batch of
@@ -123,6 +128,7 @@ class StageMemory {
   struct MicroBatch;
 
   MicroBatch& micro_batch(int64_t mb);
+  void record_layer_bytes(size_t layer, const TensorList& outputs, const LayerTape& tape);
   void swap_out(MicroBatch& m, LayerRecord& record);
   // Starts copying layer `layer`'s storages in (if not yet).
   void start_copy_in(MicroBatch& m, size_t layer);

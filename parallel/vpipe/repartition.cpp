@@ -73,12 +73,10 @@ double slowest_stage_seconds(const Partition& partition, const std::vector<doubl
   return slowest;
 }
 
-std::unique_ptr<RepartitionPolicy> make_repartition_policy(const std::string& name,
-                                                           double threshold) {
+std::unique_ptr<RepartitionPolicy> make_vpipe_policy(double threshold) {
   STRATA_CHECK(threshold >= 0.0 && threshold < 1.0)
       << "--repartition-threshold " << threshold << " must be in [0, 1) (a relative gain)";
-  if (name == "vpipe") return std::make_unique<VpipePolicy>(threshold);
-  STRATA_THROW() << "--repartition " << name << ": unknown policy (valid: off, vpipe)";
+  return std::make_unique<VpipePolicy>(threshold);
 }
 
 }  // namespace strata::parallel

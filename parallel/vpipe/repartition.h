@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,13 @@ struct RepartitionInput {
   Partition partition;                     // the current one
   std::vector<double> layer_seconds;       // per model layer: forward + backward, per step
   std::vector<double> stage_busy_seconds;  // per stage: compute instructions, per step
+  // What DynPipe's policies read besides (parallel/dynpipe/policy.h): samples per step (of one
+  // group), per model layer the outputs' and activations' bytes per sample and the parameters'
+  // bytes, and per stage the CPU counters of the monitor's latest samples (means over groups;
+  // empty without the monitor).
+  double samples_per_step = 1.0;
+  std::vector<double> layer_output_bytes, layer_activation_bytes, layer_param_bytes;
+  std::vector<std::map<std::string, double>> stage_counters;
 };
 
 struct RepartitionDecision {
@@ -58,8 +66,12 @@ class RepartitionPolicy {
   virtual RepartitionDecision propose(const RepartitionInput& input) = 0;
 };
 
-// --repartition NAME (vpipe); `threshold`: the least relative gain applied. Throws for an unknown
-// name or a threshold outside [0, 1).
+// --repartition vpipe; `threshold`: the least relative gain applied. Throws for a threshold
+// outside [0, 1).
+std::unique_ptr<RepartitionPolicy> make_vpipe_policy(double threshold);
+// --repartition NAME with its defaults (vpipe, dynpipe-no-rf, pipedream-re; dynpipe needs its
+// model: make_policy in parallel/dynpipe/policy.h). Throws for an unknown name or a threshold
+// outside [0, 1).
 std::unique_ptr<RepartitionPolicy> make_repartition_policy(const std::string& name,
                                                            double threshold);
 

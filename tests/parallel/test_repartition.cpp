@@ -152,12 +152,14 @@ TEST(RepartitionLoop, AMoveThatMeasuresSlowerIsUndoneAndNotTriedAgain) {
   config.every = 4;
   RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
   const RepartitionLoop::Ranges start{{0, 2}, {2, 4}}, moved{{0, 3}, {3, 4}};
-  // Per-layer seconds and per-stage busy seconds of a 3-step window, then its length.
+  // Per-layer seconds and per-stage busy seconds of a 3-step window, its length, then the
+  // layers' output and activation bytes (DynPipe's features; none here).
   auto sums = [](std::vector<double> layers, std::vector<double> busy) {
     std::vector<double> v;
     for (double x : layers) v.push_back(3 * x);
     for (double x : busy) v.push_back(3 * x);
     v.push_back(3);
+    v.resize(v.size() + 2 * layers.size(), 0.0);
     return v;
   };
   auto first = loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
