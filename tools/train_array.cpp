@@ -75,9 +75,6 @@ std::vector<ap::ArrayJob> array_jobs(const TrainOptions& o) {
       << o.schedule << " is not supported";
   STRATA_CHECK(o.save_every == 0 || !o.checkpoint_dir.empty())
       << "--save-every needs --checkpoint-dir (with --array: each job's under DIR/job-i)";
-  STRATA_CHECK(o.nan_policy == "abort")
-      << "--array: --nan-policy skip needs the global norm in the update; under abort a job "
-         "whose loss is not finite leaves the array and the others go on";
   STRATA_CHECK(o.migrate_at.empty() && o.sync == "allreduce" && o.inject.empty() &&
                o.dp_delay == 0 && o.tensorboard.empty() && o.sample_every == 0 && o.trace.empty())
       << "--array cannot be combined with --migrate-at, --sync, --inject, --dp-delay, "

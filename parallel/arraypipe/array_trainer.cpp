@@ -93,6 +93,8 @@ struct ArrayTrainer::Job {
   StepStats step;
   double interval_loss = 0.0, interval_seconds = 0.0;
   int64_t interval_steps = 0, interval_samples = 0;
+  int64_t interval_counted = 0;  // steps of the interval whose update was applied
+  int64_t skipped_steps = 0;     // --nan-policy skip: updates skipped so far
   double elapsed = 0.0;
 };
 
@@ -147,8 +149,12 @@ ArrayTrainer::ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
       S > 1 ? split_tied(*model_, pipeline_) : std::nullopt;
   // A job that clips its gradients by their global norm sums the norm over the stages inside its
   // update (a collective): its updates wait for the end of the iteration too.
+  // So does one that skips the updates of non-finite gradients (--nan-policy skip): every stage
+  // skips the same updates, so they agree on the global norm first.
   bool clips = false;
-  for (const TrainConfig& c : configs_) clips = clips || c.optimizer.clip_grad_norm > 0;
+  for (const TrainConfig& c : configs_) {
+    clips = clips || c.optimizer.clip_grad_norm > 0 || c.nan_policy == NanPolicy::kSkip;
+  }
   deferred_updates_ = tied.has_value() || (S > 1 && clips);
   const int owner_stage = tied ? tied->first : -1, user_stage = tied ? tied->second : -1;
   // The memory manager: K slots, the other jobs' states in a host pool (pinned for a GPU, plain
@@ -411,6 +417,8 @@ ArraySummary ArrayTrainer::run() {
     ec.loss = c.loss;
     ec.optimizer = c.optimizer;
     ec.first_step = j->start;
+    ec.optimizer.skip_non_finite = c.nan_policy == NanPolicy::kSkip;
+    ec.global_norm = c.nan_policy == NanPolicy::kSkip;
     ec.optimizer.schedule.total_steps = std::max(ec.optimizer.schedule.total_steps, j->total);
     ec.memory_plan = pipeline_.memory_plan;
     ec.prefetch_layers = pipeline_.prefetch_layers;
@@ -478,16 +486,17 @@ ArraySummary ArrayTrainer::run() {
         if (j->active) update(*j, step);
       }
     }
-    std::vector<double> m(static_cast<size_t>(4 * K), 0.0);
+    std::vector<double> m(static_cast<size_t>(5 * K), 0.0);
     for (auto& j : jobs_) {
       if (!j->active) continue;
       j->executor->finish();
       j->source->release_before(step + 1);
-      const size_t k = static_cast<size_t>(4 * j->index);
+      const size_t k = static_cast<size_t>(5 * j->index);
       m[k] = j->step.loss;
       m[k + 1] = static_cast<double>(j->step.counted);
       m[k + 2] = j->step.grad_sq;
       m[k + 3] = 1.0;  // active (the ranks agree; checked below)
+      m[k + 4] = static_cast<double>(j->step.skipped_steps);
     }
     world_sum(world_, &m, "--array: the jobs' step metrics");
     const double dt = seconds_since(start);
@@ -495,20 +504,31 @@ ArraySummary ArrayTrainer::run() {
     ++summary.iterations;
     for (auto& j : jobs_) {
       if (!j->active) continue;
-      const size_t k = static_cast<size_t>(4 * j->index);
+      const size_t k = static_cast<size_t>(5 * j->index);
       STRATA_CHECK_EQ(m[k + 3], static_cast<double>(S))
           << "--array: the stages disagree on whether job " << j->index << " trains";
       const double loss = m[k];
       j->summary.steps = step + 1;
       j->summary.last_loss = loss;
-      if (!std::isfinite(loss)) {
+      // --nan-policy skip, as a solo run: an update whose gradient is not finite was skipped on
+      // every stage (they agreed on the global norm) and the job goes on.
+      const bool skipped = m[k + 4] > 0;
+      if (skipped && j->config.nan_policy == NanPolicy::kSkip) {
+        ++j->skipped_steps;
+        if (stage_ == 0) {
+          STRATA_LOG(WARN) << "job " << j->index << ": step " << step + 1 << ": the loss is "
+                           << loss << " and the gradient is not finite: update skipped "
+                           << "(--nan-policy skip; " << j->skipped_steps << " skipped so far)";
+        }
+      } else if (skipped || !std::isfinite(loss)) {
         // --nan-policy abort for this job alone: it leaves the array, the others go on.
         j->active = false;
         j->summary.stopped = true;
         j->summary.why = "step " + std::to_string(step + 1) + ": the loss is " +
                          std::to_string(loss) +
-                         "; the job stops (--nan-policy abort), the array "
-                         "goes on";
+                         (j->config.nan_policy == NanPolicy::kSkip
+                              ? "; the job stops (training diverged), the array goes on"
+                              : "; the job stops (--nan-policy abort), the array goes on");
         if (stage_ == 0 && observer_ != nullptr) {
           observer_->on_job_stopped(j->index, step + 1, j->summary.why);
         }
@@ -516,7 +536,10 @@ ArraySummary ArrayTrainer::run() {
       }
       const int64_t rows = j->source->group_rows(step);
       j->samples += rows;
-      j->interval_loss += loss;
+      if (!skipped) {
+        j->interval_loss += loss;
+        ++j->interval_counted;
+      }
       ++j->interval_steps;
       j->interval_seconds += dt;
       j->interval_samples += rows;
@@ -527,7 +550,10 @@ ArraySummary ArrayTrainer::run() {
         r.step = step + 1;
         r.total_steps = j->total;
         r.epoch = step / std::max<int64_t>(1, j->per_epoch);
-        r.loss = j->interval_loss / static_cast<double>(j->interval_steps);
+        r.loss = j->interval_counted > 0
+                     ? j->interval_loss / static_cast<double>(j->interval_counted)
+                     : std::nan("");
+        r.skipped_steps = j->skipped_steps;
         r.lr = j->step.lr;
         r.grad_norm = std::sqrt(std::max(m[k + 2], 0.0));
         r.samples_per_s = j->interval_seconds > 0
@@ -538,7 +564,7 @@ ArraySummary ArrayTrainer::run() {
             j->elapsed / static_cast<double>(step + 1) * static_cast<double>(j->total - step - 1);
         observer_->on_job_log(j->index, r);
         j->interval_loss = j->interval_seconds = 0.0;
-        j->interval_steps = j->interval_samples = 0;
+        j->interval_steps = j->interval_samples = j->interval_counted = 0;
       }
     }
     // Evaluations, jobs in order on every rank (each job as its solo run: at the end of its

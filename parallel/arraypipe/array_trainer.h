@@ -33,8 +33,10 @@
 // updates then wait for the end of the iteration, as for a split tied parameter.
 //
 // Not supported with an array (refused by the CLI): several data-parallel groups, the async
-// schedule's overlap, --nan-policy skip (its global
-// norm is a collective inside the update), swap memory plans, nccl.
+// schedule's overlap, swap memory plans, nccl. --nan-policy applies to each job alone: under
+// abort a job whose loss or gradient is not finite leaves the array; under skip its update is
+// skipped (its global norm is summed over the stages inside the update, so its updates wait for
+// the end of the iteration, as with clipping) and it goes on.
 #pragma once
 
 #include <chrono>

@@ -165,6 +165,25 @@ TEST(ArrayPipeCli, ClippedJobsEqualSolo) {
       "", {"", "--array-slots 1"});
 }
 
+// --nan-policy skip for each job alone: job 1's learning rate makes its gradient overflow from
+// step 3, its updates are skipped there (on both stages: they agree on its global norm) and it
+// goes on; both jobs equal their solo runs under the same policy (records, evaluations, weights),
+// with every job resident and with one slot.
+TEST(ArrayPipeCli, NanSkipSkipsOneJobsUpdatesAsItsSoloRunDoes) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  std::vector<std::string> outputs;
+  expect_jobs_equal_solo("cnn_nan_skip", kCnn + " --local --nan-policy skip",
+                         "lr=0.01,1e6;batch-size=8,8",
+                         {"--lr 0.01 --batch-size 8", "--lr 1e6 --batch-size 8"}, 3, "",
+                         {"", "--array-slots 1"}, &outputs);
+  for (const std::string& out : outputs) {
+    EXPECT_TRUE(contains(out, "job 1: step 3: the loss is")) << out;
+    EXPECT_TRUE(contains(out, "update skipped (--nan-policy skip; 1 skipped so far)")) << out;
+    EXPECT_FALSE(contains(out, "job 0: step")) << out;
+    EXPECT_FALSE(contains(out, "stopped")) << out;
+  }
+}
+
 // --array-slots auto under --mem-limit: the slot model picks the slots (an MLP, whose block states
 // outweigh its activations), the allocator's measured peak stays under the limit on every rank,
 // more memory gives more slots, and the jobs are those of the run with every job resident.
