@@ -267,6 +267,27 @@ struct TrainSummary {
   double injected_seconds = 0.0;    // --inject: this rank's sleeps
 };
 
+// Where a run stands when a checkpoint is written: what its manifest says beside the layout and
+// the optimizer (the Trainer's, and each job's of an array:
+// parallel/arraypipe/array_checkpoints.h).
+struct CheckpointRun {
+  int64_t step = 0;  // optimizer steps done
+  int64_t total = 0;
+  int64_t per_epoch = 1;
+  int64_t train_samples = 0;
+  std::string dataset;
+  int64_t samples_seen = 0;
+};
+
+// A checkpoint's manifest, everything but the tensors and the run's counters that only some runs
+// have (skipped steps, the loss scale, delayed gradients: the caller sets those): the model, the
+// layout of `pipeline`, `run`, and `config`'s optimizer with its state `slots`.
+proto::CheckpointManifest describe_checkpoint(const proto::ModelSpec& spec,
+                                              const graph::Model& model, const TrainConfig& config,
+                                              const PipelineConfig& pipeline,
+                                              const std::vector<std::string>& slots,
+                                              const CheckpointRun& run, const std::string& reason);
+
 // Makes the whole model (every rank builds it and keeps its stage's layers' parameters).
 using ModelBuilder = std::function<std::unique_ptr<graph::Model>()>;
 

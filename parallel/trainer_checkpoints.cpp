@@ -1,6 +1,7 @@
 // The Trainer's checkpoints: the run state a checkpoint holds beside the tensors, the checks a
 // checkpoint must pass before it is resumed, and the resume itself (see parallel/trainer.cpp's
 // header on exact resumption).
+#include <algorithm>
 #include <ctime>
 
 #include "engine/check.h"
@@ -107,38 +108,42 @@ void Trainer::resume() {
   }
 }
 
-proto::CheckpointManifest Trainer::describe_run(int64_t step, int64_t total, int64_t per_epoch,
-                                                int64_t samples, const std::string& reason) const {
+proto::CheckpointManifest describe_checkpoint(const proto::ModelSpec& spec,
+                                              const graph::Model& model, const TrainConfig& config,
+                                              const PipelineConfig& pipeline,
+                                              const std::vector<std::string>& slots,
+                                              const CheckpointRun& run, const std::string& reason) {
   proto::CheckpointManifest m;
-  *m.mutable_model() = spec_;
+  *m.mutable_model() = spec;
   m.set_created_at(utc_now());
   m.set_reason(reason);
   proto::CheckpointLayout* layout = m.mutable_layout();
-  layout->set_stages(pipeline_.stages);
-  layout->set_groups(pipeline_.groups);
-  layout->set_micro_batches(pipeline_.micro_batches);
-  layout->set_schedule(schedule_name(pipeline_.schedule));
-  for (const auto& [b, e] : pipeline_.partition) {
+  layout->set_stages(pipeline.stages);
+  layout->set_groups(pipeline.groups);
+  layout->set_micro_batches(pipeline.micro_batches);
+  layout->set_schedule(schedule_name(pipeline.schedule));
+  for (const auto& [b, e] : pipeline.partition) {
     proto::CheckpointStage* s = layout->add_stage();
     s->set_begin(static_cast<int64_t>(b));
     s->set_end(static_cast<int64_t>(e));
-    s->set_first_layer(model_->layer(b).name());
-    s->set_last_layer(model_->layer(e - 1).name());
+    s->set_first_layer(model.layer(b).name());
+    s->set_last_layer(model.layer(e - 1).name());
   }
   proto::CheckpointRunState* r = m.mutable_run();
-  r->set_seed(config_.seed);
-  r->set_batch_size(config_.batch_size);
-  r->set_epoch(step / per_epoch);
-  r->set_step_in_epoch(step % per_epoch);
+  const int64_t per_epoch = std::max<int64_t>(1, run.per_epoch);
+  r->set_seed(config.seed);
+  r->set_batch_size(config.batch_size);
+  r->set_epoch(run.step / per_epoch);
+  r->set_step_in_epoch(run.step % per_epoch);
   r->set_steps_per_epoch(per_epoch);
-  r->set_train_samples(train_->size());
-  r->set_dataset(train_->name());
-  r->set_total_steps(total);
-  r->set_samples_seen(samples);
-  const graph::OptimizerConfig& opt = config_.optimizer;
+  r->set_train_samples(run.train_samples);
+  r->set_dataset(run.dataset);
+  r->set_total_steps(run.total);
+  r->set_samples_seen(run.samples_seen);
+  const graph::OptimizerConfig& opt = config.optimizer;
   proto::CheckpointOptimizer* o = m.mutable_optimizer();
   o->set_kind(graph::optimizer_name(opt.kind));
-  for (const std::string& slot : slots_) o->add_slot(slot);
+  for (const std::string& slot : slots) o->add_slot(slot);
   o->set_lr(opt.schedule.base_lr);
   o->set_lr_schedule(ops::lr_schedule_name(opt.schedule.kind));
   o->set_warmup_steps(opt.schedule.warmup_steps);
@@ -151,6 +156,18 @@ proto::CheckpointManifest Trainer::describe_run(int64_t step, int64_t total, int
   o->set_eps(opt.eps);
   o->set_clip_grad_norm(opt.clip_grad_norm);
   return m;
+}
+
+proto::CheckpointManifest Trainer::describe_run(int64_t step, int64_t total, int64_t per_epoch,
+                                                int64_t samples, const std::string& reason) const {
+  CheckpointRun run;
+  run.step = step;
+  run.total = total;
+  run.per_epoch = per_epoch;
+  run.train_samples = train_->size();
+  run.dataset = train_->name();
+  run.samples_seen = samples;
+  return describe_checkpoint(spec_, *model_, config_, pipeline_, slots_, run, reason);
 }
 
 }  // namespace strata::parallel

@@ -1,6 +1,5 @@
 #include "parallel/arraypipe/array_checkpoints.h"
 
-#include <ctime>
 #include <filesystem>
 
 #include "engine/check.h"
@@ -9,71 +8,20 @@
 #include "parallel/checkpointing.h"
 
 namespace strata::parallel::arraypipe {
-namespace {
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-}  // namespace
-
 std::string job_checkpoint_dir(const std::string& root, int job) {
   return (std::filesystem::path(root) / ("job-" + std::to_string(job))).string();
 }
 
 proto::CheckpointManifest describe_job(const proto::ModelSpec& spec, const graph::Model& model,
                                        const TrainConfig& config, const PipelineConfig& pipeline,
-                                       const JobRunState& state, const std::string& reason) {
-  proto::CheckpointManifest m;
-  *m.mutable_model() = spec;
-  m.set_created_at(utc_now());
-  m.set_reason(reason);
-  proto::CheckpointLayout* layout = m.mutable_layout();
-  layout->set_stages(pipeline.stages);
-  layout->set_groups(1);
-  layout->set_micro_batches(pipeline.micro_batches);
-  layout->set_schedule(schedule_name(ScheduleKind::kGPipe));  // the job's blocks: its gpipe step
-  for (const auto& [b, e] : pipeline.partition) {
-    proto::CheckpointStage* s = layout->add_stage();
-    s->set_begin(static_cast<int64_t>(b));
-    s->set_end(static_cast<int64_t>(e));
-    s->set_first_layer(model.layer(b).name());
-    s->set_last_layer(model.layer(e - 1).name());
-  }
-  proto::CheckpointRunState* r = m.mutable_run();
-  const int64_t per_epoch = std::max<int64_t>(1, state.per_epoch);
-  r->set_seed(config.seed);
-  r->set_batch_size(config.batch_size);
-  r->set_epoch(state.step / per_epoch);
-  r->set_step_in_epoch(state.step % per_epoch);
-  r->set_steps_per_epoch(per_epoch);
-  r->set_train_samples(state.train_samples);
-  r->set_dataset(state.dataset);
-  r->set_total_steps(state.total);
-  r->set_samples_seen(state.samples_seen);
-  r->set_skipped_steps(0);
-  r->set_dp_delay(0);
-  r->set_dp_pending(0);
-  const graph::OptimizerConfig& opt = config.optimizer;
-  proto::CheckpointOptimizer* o = m.mutable_optimizer();
-  o->set_kind(graph::optimizer_name(opt.kind));
-  for (const std::string& slot : graph::optimizer_slot_names(opt)) o->add_slot(slot);
-  o->set_lr(opt.schedule.base_lr);
-  o->set_lr_schedule(ops::lr_schedule_name(opt.schedule.kind));
-  o->set_warmup_steps(opt.schedule.warmup_steps);
-  o->set_min_lr(opt.schedule.min_lr);
-  o->set_weight_decay(opt.weight_decay);
-  o->set_momentum(opt.momentum);
-  o->set_nesterov(opt.nesterov);
-  o->set_beta1(opt.beta1);
-  o->set_beta2(opt.beta2);
-  o->set_eps(opt.eps);
-  o->set_clip_grad_norm(opt.clip_grad_norm);
+                                       const CheckpointRun& run, int64_t skipped_steps,
+                                       const std::string& reason) {
+  PipelineConfig solo = pipeline;  // the job's blocks: its solo gpipe step on one group
+  solo.schedule = ScheduleKind::kGPipe;
+  solo.groups = 1;
+  proto::CheckpointManifest m = describe_checkpoint(
+      spec, model, config, solo, graph::optimizer_slot_names(config.optimizer), run, reason);
+  m.mutable_run()->set_skipped_steps(skipped_steps);
   return m;
 }
 

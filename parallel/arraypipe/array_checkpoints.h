@@ -22,19 +22,12 @@ namespace strata::parallel::arraypipe {
 // DIR/job-j.
 std::string job_checkpoint_dir(const std::string& root, int job);
 
-struct JobRunState {
-  int64_t step = 0;  // optimizer steps done
-  int64_t total = 0;
-  int64_t per_epoch = 1;
-  int64_t train_samples = 0;
-  std::string dataset;
-  int64_t samples_seen = 0;
-};
-
-// The manifest of job `config`'s checkpoint (everything but the tensors).
+// The manifest of job `config`'s checkpoint (everything but the tensors): its solo run's (gpipe
+// on `pipeline`'s stages, one group), with the updates it skipped (--nan-policy skip).
 proto::CheckpointManifest describe_job(const proto::ModelSpec& spec, const graph::Model& model,
                                        const TrainConfig& config, const PipelineConfig& pipeline,
-                                       const JobRunState& state, const std::string& reason);
+                                       const CheckpointRun& run, int64_t skipped_steps,
+                                       const std::string& reason);
 
 // Collective: the checkpoint job `job` resumes from under `resume` ("auto": the newest under its
 // --checkpoint-dir's job-j, none when there is none; a path: that root's job-j, an error when it

@@ -359,6 +359,7 @@ void ArrayTrainer::resume(Job& job) {
   }
   job.start = m->step();
   job.samples = m->run().samples_seen();
+  job.skipped_steps = m->run().skipped_steps();
   job.summary.steps = job.start;
   job.summary.resumed_from = path;
   if (stage_ == 0) {
@@ -370,15 +371,16 @@ void ArrayTrainer::resume(Job& job) {
 void ArrayTrainer::save(Job& job, int64_t done) {
   const TrainConfig& c = job.config;
   slots_->use(job.index);
-  JobRunState state;
-  state.step = done;
-  state.total = job.total;
-  state.per_epoch = job.per_epoch;
-  state.train_samples = train_->size();
-  state.dataset = train_->name();
-  state.samples_seen = job.samples;
-  const proto::CheckpointManifest manifest = describe_job(
-      spec_, *model_, c, pipeline_, state, done == job.total ? "end of training" : "periodic");
+  CheckpointRun run;
+  run.step = done;
+  run.total = job.total;
+  run.per_epoch = job.per_epoch;
+  run.train_samples = train_->size();
+  run.dataset = train_->name();
+  run.samples_seen = job.samples;
+  const proto::CheckpointManifest manifest =
+      describe_job(spec_, *model_, c, pipeline_, run, job.skipped_steps,
+                   done == job.total ? "end of training" : "periodic");
   const SavedCheckpoint saved = save_checkpoint(
       world_, job_checkpoint_dir(c.checkpoint.dir, job.index), done, c.checkpoint.keep_last,
       manifest, binder_->store(job.index), graph::optimizer_slot_names(c.optimizer), true);
