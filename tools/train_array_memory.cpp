@@ -9,7 +9,6 @@
 #include "parallel/partition/partition.h"
 #include "parallel/vpipe/memory_model.h"
 #include "tools/common.h"
-#include "tools/profile_command.h"
 #include "tools/train_layout.h"
 
 namespace strata::tools {
@@ -83,22 +82,7 @@ ArraySlots array_slots(const TrainOptions& o, std::shared_ptr<const io::Dataset>
     return out;
   }
   const double limit = static_cast<double>(parse_bytes(o.mem_limit));
-  // Per-sample layer costs: --profile, or a profile on the training set.
-  std::vector<parallel::LayerCost> costs;
-  if (!o.profile.empty()) {
-    costs = parallel::read_profile_file(o.profile);
-    parallel::check_profile_matches(costs, model, o.profile);
-  } else {
-    ProfileOptions p;
-    p.model = o.model;
-    p.size = o.size;
-    p.model_spec = o.model_spec;
-    p.batch_size = micro_batch_rows(o, pipeline);
-    p.steps = 2;
-    p.threads = o.threads;
-    p.seed = o.seed;
-    costs = parallel::layer_costs(profile_model(p, train).profiler->layers());
-  }
+  const std::vector<parallel::LayerCost> costs = layer_costs_for(o, train, pipeline, model);
   const bool keep_grads = ap::splits_tied_parameter(model, pipeline);
   const int S = pipeline.stages;
   std::vector<ap::SlotModelStage> stages(static_cast<size_t>(S));

@@ -24,24 +24,28 @@ TrainLayout::TrainLayout(const TrainOptions& options, std::shared_ptr<const io::
   for (size_t i = 0; i < model.size(); ++i) names_.push_back(model.layer(i).name());
 }
 
-const std::vector<parallel::LayerCost>& TrainLayout::costs() {
-  if (costs_) return *costs_;
-  if (!o_.profile.empty()) {
-    costs_ = parallel::read_profile_file(o_.profile);
-    parallel::check_profile_matches(*costs_, model_, o_.profile);
-    return *costs_;
+std::vector<parallel::LayerCost> layer_costs_for(const TrainOptions& o,
+                                                 std::shared_ptr<const io::Dataset> train,
+                                                 const parallel::PipelineConfig& pipeline,
+                                                 const graph::Model& model) {
+  if (!o.profile.empty()) {
+    std::vector<parallel::LayerCost> costs = parallel::read_profile_file(o.profile);
+    parallel::check_profile_matches(costs, model, o.profile);
+    return costs;
   }
-  // Profiled on the training set itself, so the model sees the samples it will train on
-  // (sequence length, task, vocabulary, image size).
   ProfileOptions p;
-  p.model = o_.model;
-  p.size = o_.size;
-  p.model_spec = o_.model_spec;
-  p.batch_size = micro_batch_rows(o_, pipeline_);
+  p.model = o.model;
+  p.size = o.size;
+  p.model_spec = o.model_spec;
+  p.batch_size = micro_batch_rows(o, pipeline);
   p.steps = 2;
-  p.threads = o_.threads;
-  p.seed = o_.seed;
-  costs_ = parallel::layer_costs(profile_model(p, train_).profiler->layers());
+  p.threads = o.threads;
+  p.seed = o.seed;
+  return parallel::layer_costs(profile_model(p, std::move(train)).profiler->layers());
+}
+
+const std::vector<parallel::LayerCost>& TrainLayout::costs() {
+  if (!costs_) costs_ = layer_costs_for(o_, train_, pipeline_, model_);
   return *costs_;
 }
 

@@ -52,6 +52,13 @@ class TrainLayout {
 
 // The rows per micro-batch of a layout.
 int64_t micro_batch_rows(const TrainOptions& options, const parallel::PipelineConfig& pipeline);
+// Per-sample layer costs: --profile's (checked against `model`), or a profile of `model` on the
+// training set itself at the layout's micro-batch rows (so it sees the samples it will train on:
+// sequence length, task, vocabulary, image size).
+std::vector<parallel::LayerCost> layer_costs_for(const TrainOptions& options,
+                                                 std::shared_ptr<const io::Dataset> train,
+                                                 const parallel::PipelineConfig& pipeline,
+                                                 const graph::Model& model);
 // "keep", or per stage "stage 0: keep embed, swap blocks.0; stage 1: ..." (with the planner's
 // predicted peak per stage when it ran).
 std::string describe_memory(const TrainOptions& options, const parallel::PipelineConfig& pipeline,
