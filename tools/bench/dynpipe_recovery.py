@@ -26,33 +26,17 @@ to --target-loss, and the moves made; medians of --repeats interleaved runs.
       [--workloads none,slow:3,slow:8,load] [--rank 0]
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-
-def run(strata, args, metrics):
-    cmd = [strata, "train"] + args + ["--metrics", metrics, "--progress", "off", "--log-every", "1"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        sys.exit("failed: " + " ".join(cmd) + "\n" + p.stdout[-3000:])
-    with open(metrics) as f:
-        return [json.loads(line) for line in f if line.strip()]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vpipe_recovery import run, step_times as step_seconds  # noqa: E402
 
 
 def train_records(records):
     return sorted((r for r in records if r["type"] == "train"), key=lambda r: r["step"])
-
-
-def step_seconds(records):
-    out, last = {}, 0.0
-    for r in train_records(records):
-        out[r["step"]] = r["elapsed_s"] - last
-        last = r["elapsed_s"]
-    return out
 
 
 def time_to_loss(records, target, window):
