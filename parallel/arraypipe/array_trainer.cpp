@@ -151,11 +151,11 @@ ArrayTrainer::ArrayTrainer(ExecContext& ctx, const ModelBuilder& build,
   // update (a collective): its updates wait for the end of the iteration too.
   // So does one that skips the updates of non-finite gradients (--nan-policy skip): every stage
   // skips the same updates, so they agree on the global norm first.
-  bool clips = false;
+  bool global_norm = false;
   for (const TrainConfig& c : configs_) {
-    clips = clips || c.optimizer.clip_grad_norm > 0 || c.nan_policy == NanPolicy::kSkip;
+    global_norm = global_norm || c.optimizer.clip_grad_norm > 0 || c.nan_policy == NanPolicy::kSkip;
   }
-  deferred_updates_ = tied.has_value() || (S > 1 && clips);
+  deferred_updates_ = tied.has_value() || (S > 1 && global_norm);
   const int owner_stage = tied ? tied->first : -1, user_stage = tied ? tied->second : -1;
   // The memory manager: K slots, the other jobs' states in a host pool (pinned for a GPU, plain
   // memory for the CPU's emulated device; its own limit, not counted against --mem-limit).
