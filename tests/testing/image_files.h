@@ -2,8 +2,8 @@
 // batches, and PNG, JPEG and BMP files through stb_image_write (libstb-dev). Nothing binary is
 // committed; every test makes what it reads in a fresh temporary directory.
 //
-// Include this header in exactly one source file of a test executable: it compiles
-// stb_image_write there (with static functions).
+// stb_image_write itself is compiled once, in tests/testing/stb_image_write.cpp: a test that
+// includes this header links strata_test_images (tests/CMakeLists.txt).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,14 +17,7 @@
 #include <string>
 #include <vector>
 
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
 #include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
 
 namespace strata::testing {
 
