@@ -172,6 +172,10 @@ void Executor::check_live() const {
   STRATA_CHECK(holds_initial) << what << ": stage " << range_.stage
                               << " does not hold its layers of the initial partition";
   STRATA_CHECK(!store_.mixed()) << what << " needs float32 weights (--precision fp32)";
+  // The shipped tensors go through host buffers and the stores' copies without stream order: on
+  // a GPU that path is not built (nor tested); --migration restart moves layers there.
+  STRATA_CHECK(!ctx_.device().is_cuda())
+      << what << " with async-1f1b runs on CPU ranks only; use --migration restart on a GPU";
   STRATA_CHECK(comms_.dp == nullptr || comms_.dp->size() == 1)
       << what << " with async-1f1b is for one group (--groups 1) only";
   STRATA_CHECK(comms_.tied == nullptr)

@@ -5,7 +5,8 @@
 // migration) stay in the executor's ParamStore. Each block of layers that moves between this
 // stage and a neighbour (a BoundaryMove of parallel/runtime/stage_layout.h) has a ParamStore,
 // optimizer, weight versions and saved-tensor records of its own on each side: on the source
-// from the start of the run until the hand-off, on the target from the hand-off on. Which parts
+// from the start of the run until the hand-off; the target makes its own when the run starts
+// (LiveTransfer's prepare/ready) and runs the layers from the hand-off on. Which parts
 // a micro-batch's forward and backward run is StageLayout's per-micro-batch ranges, so the
 // pipeline never drains: the stages keep running async-1f1b's programs while the layers move.
 //

@@ -97,6 +97,7 @@ inline int64_t version_of(const StageLayout& layout, size_t layer, int64_t j) {
 
 struct OracleResult {
   Weights weights;
+  Weights buffers;             // running statistics, by "layer.buffer"
   std::vector<double> losses;  // per micro-batch
   double loss = 0.0;           // their sum, in order
 };
@@ -153,6 +154,9 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
     w.push_back(std::move(next));
   }
   add_weights(store, &out.weights);
+  for (size_t i = 0; i < store.buffer_entries().size(); ++i) {
+    out.buffers[store.buffer_entries()[i].full_name()] = store.buffer(i).to_vector<float>();
+  }
   return out;
 }
 

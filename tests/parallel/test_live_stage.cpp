@@ -25,6 +25,13 @@ void check_case(const Case& c) {
   const std::vector<RankResult> results = run_local(c);
   const live_stage_checks::OracleResult expected = live_stage_checks::oracle(c, true);
   for (int s = 0; s < c.stages(); ++s) live_stage_checks::check_rank(c, s, results[s], expected);
+  // Every micro-batch's backward of each moved block ran once, on one of its two stages: as many
+  // updates of the blocks as micro-batches per boundary.
+  StageLayout layout(c.initial);
+  layout.add_live_migration(c.next, c.first_backward);
+  int64_t updates = 0;
+  for (const RankResult& r : results) updates += r.stats.moved_updates;
+  EXPECT_EQ(updates, c.micro_batches * static_cast<int64_t>(layout.migrations().front().size()));
   // The oracle tells the versions apart: the run without the migration's Eq. 4 (every layer on
   // its first stage's versions throughout) ends elsewhere.
   const live_stage_checks::OracleResult unmoved = live_stage_checks::oracle(c, false);

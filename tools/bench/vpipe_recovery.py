@@ -15,11 +15,11 @@ during training, with a static partition against --repartition vpipe, in three w
 For each, the throughput (samples/s) over the steps after `--settle` steps past the slowdown's
 start, static vs repartition (medians of --repeats interleaved runs), and the partition the loop
 ended in. With --timeline, also the per-step time around a scripted migration (--migrate-at):
-1f1b (a synchronous schedule moves between steps: nothing to drain) and async-1f1b with
---migration restart (the asynchronous pipeline drains at the move and fills again) beside
-async-1f1b without a move; then, when build/live_migration_bench exists, the live async-1f1b
-protocol against restart and with and without chunks and flow control, as a protocol replay over
-a link model (a simulation in ticks: the live protocol is not in the runtime yet).
+1f1b (a synchronous schedule moves between steps: nothing to drain), async-1f1b with
+--migration restart (the asynchronous pipeline drains at the move and fills again) and with
+--migration live (the layers move while the pipeline runs: parallel/runtime/live_stage.h), live
+with whole tensors and no flow control (--migration-chunk-mb 0 --migration-window-mb 0), beside
+async-1f1b without a move: measured runs, medians per step.
 
   tools/bench/vpipe_recovery.py build/strata [--steps 60] [--repeats 3] [--timeline]
 """
@@ -131,7 +131,12 @@ def main():
         cases = [("1f1b, move (live)", ["--schedule", "1f1b"] + move),
                  ("async-1f1b, no move", ["--schedule", "async-1f1b"]),
                  ("async-1f1b, move (restart)",
-                  ["--schedule", "async-1f1b", "--migration", "restart"] + move)]
+                  ["--schedule", "async-1f1b", "--migration", "restart"] + move),
+                 ("async-1f1b, move (live)",
+                  ["--schedule", "async-1f1b", "--migration", "live"] + move),
+                 ("async-1f1b, move (live, whole tensors, no window)",
+                  ["--schedule", "async-1f1b", "--migration", "live", "--migration-chunk-mb", "0",
+                   "--migration-window-mb", "0"] + move)]
         times = {c: [] for c, _ in cases}
         for rep in range(a.repeats):
             for c, extra in cases:
@@ -143,18 +148,6 @@ def main():
         for c, _ in cases:
             cells = [statistics.median(t[s + 1] for t in times[c]) for s in window]
             print("| %s | " % c + " | ".join("%.3f" % x for x in cells) + " |")
-        # The live async-1f1b protocol is replayed, not run: parallel/runtime/live_protocol.h over
-        # a link model (ticks), live against restart and with/without chunks and flow control.
-        sim = os.path.join(os.path.dirname(os.path.abspath(a.strata)), "live_migration_bench")
-        if os.path.exists(sim):
-            print("\nlive vs restart, async-1f1b: protocol replay (a simulation, not a measurement)")
-            p = subprocess.run([sim, "sim"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
-            print(p.stdout)
-            if p.returncode != 0:
-                sys.exit("live_migration_bench sim failed")
-        else:
-            print("\n(%s not built: no live-vs-restart protocol replay)" % sim)
     print("\nload average at end: %s" % open("/proc/loadavg").read().split()[:3])
 
 
