@@ -21,7 +21,7 @@ ended in. With --timeline, also the per-step time around a scripted migration (-
 with whole tensors and no flow control (--migration-chunk-mb 0 --migration-window-mb 0), beside
 async-1f1b without a move: measured runs, medians per step.
 
-  tools/bench/vpipe_recovery.py build/strata [--steps 60] [--repeats 3] [--timeline]
+  tools/bench/vpipe_recovery.py build/strata [--steps 60] [--repeats 3] [--timeline] [--timeline-only]
 """
 import argparse
 import json
@@ -60,6 +60,14 @@ def throughput(records, first_step, batch):
     return batch * len(steps) / sum(t[s] for s in steps)
 
 
+def print_table(rows):
+    print("| workload | static samples/s | --repartition vpipe samples/s | speedup | moves | "
+          "final partition (last run) |")
+    print("|---|---|---|---|---|---|")
+    for name, s, v, x, d, p in rows:
+        print("| %s | %.1f | %.1f | %.2fx | %d | %s |" % (name, s, v, x, d, p))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("strata")
@@ -78,6 +86,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="load threads")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeline", action="store_true")
+    ap.add_argument("--timeline-only", action="store_true", help="--timeline without the table")
     a = ap.parse_args()
     base = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
             "60000", "--test-samples", "64", "--stages", "2", "--local", "--threads", "1",
@@ -100,6 +109,8 @@ def main():
           % (a.partition, a.batch_size, a.micro_batches, a.steps, f, f + a.settle, a.steps, a.every,
              a.repeats))
     rows = []
+    if a.timeline_only:
+        a.timeline, workloads = True, []
     for name, spec in workloads:
         res = {"static": [], "vpipe": []}
         final = ""
@@ -117,11 +128,8 @@ def main():
                     final = moves[-1]["partition"] if moves else a.partition + " (no move)"
         s, v = statistics.median(res["static"]), statistics.median(res["vpipe"])
         rows.append((name, s, v, v / s, decisions, final))
-    print("| workload | static samples/s | --repartition vpipe samples/s | speedup | moves | "
-          "final partition (last run) |")
-    print("|---|---|---|---|---|---|")
-    for name, s, v, x, d, p in rows:
-        print("| %s | %.1f | %.1f | %.2fx | %d | %s |" % (name, s, v, x, d, p))
+    if rows:
+        print_table(rows)
     if a.timeline:
         k = a.steps // 2
         print("\nper-step seconds around a migration after %d steps (conv2 moves to stage 0: "
