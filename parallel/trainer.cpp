@@ -194,27 +194,7 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
     expect = e;
   }
   STRATA_CHECK_EQ(expect, model_->size()) << "the partition leaves layers after " << expect;
-  // --migrate-at: each partition covers the layers in order, one range per stage; by step.
-  std::sort(pipeline_.migrations.begin(), pipeline_.migrations.end(),
-            [](const Migration& a, const Migration& b) { return a.step < b.step; });
-  for (const Migration& m : pipeline_.migrations) {
-    STRATA_CHECK(m.step >= 1) << "--migrate-at " << m.step << ": the step must be at least 1";
-    STRATA_CHECK_EQ(static_cast<int>(m.partition.size()), S)
-        << "--migrate-at " << m.step << ": the partition has " << m.partition.size()
-        << " stages, --stages is " << S;
-    size_t next = 0;
-    for (const auto& [b, e] : m.partition) {
-      STRATA_CHECK(b == next && e > b && e <= model_->size())
-          << "--migrate-at " << m.step << ": stages must cover the " << model_->size()
-          << " layers in order, each at least one layer";
-      next = e;
-    }
-    STRATA_CHECK_EQ(next, model_->size())
-        << "--migrate-at " << m.step << ": the partition leaves layers after " << next;
-  }
-  STRATA_CHECK(pipeline_.migrations.empty() || pipeline.grad_sync.delay == 0)
-      << "--migrate-at with --dp-delay " << pipeline.grad_sync.delay
-      << ": the delayed gradients are laid out by the stage's layers; migrate without delay";
+  check_migrations(pipeline);  // --migrate-at
   TrainConfig epoch = config;  // --repartition-every's default window (pipedream-re: an epoch)
   epoch.steps = 0, epoch.epochs = 1;
   pipeline_.repartition.every = RepartitionConfig::resolve_every(
@@ -222,27 +202,13 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
   RepartitionLoop::check(pipeline_.repartition, is_synchronous(pipeline.schedule),
                          pipeline.migration == MigrationMode::kRestart,
                          pipeline_.memory_plan.uses(MemoryPolicy::kSwap, 0, model_->size()));
-  STRATA_CHECK(pipeline_.migrations.empty() || is_synchronous(pipeline.schedule) ||
-               pipeline.migration == MigrationMode::kRestart)
-      << "--migrate-at with " << schedule_name(pipeline.schedule)
-      << ": --migration live is not available for the asynchronous schedules yet; use "
-         "--migration restart (drain, move, start again)";
   STRATA_CHECK(pipeline.schedule != ScheduleKind::k2BW ||
                pipeline.micro_batches >= pipeline.stages - 1)
       << "--schedule 2bw needs --micro-batches >= --stages - 1 (got " << pipeline.micro_batches
       << " on " << pipeline.stages << " stages): with fewer, a forward would need a weight "
       << "version that is not generated yet";
-  const auto [begin, end] = pipeline_.partition[stage_];
-  store_ = std::make_unique<graph::ParamStore>(*model_, begin, end, ctx.allocator(), DType::kF32,
-                                               config.compute_dtype);
-  store_->initialize(config.seed);
-  if (!config.init_weights.empty()) {
-    const models::WeightsReadReport report =
-        models::load_weights(config.init_weights, *model_, *store_);
-    STRATA_LOG(DEBUG) << "stage " << stage_ << ": " << report.tensors_loaded << " tensors from "
-                      << config.init_weights << " (" << models::weight_naming_name(report.naming)
-                      << " names)";
-  }
+  const auto [begin, end] = store_range();  // a live migration's core layers, or the stage's
+  store_ = make_store(begin, end);
   // This thread's rank (local ranks are threads of one process; under MPI the same as the
   // process's), restored when the Trainer goes.
   previous_log_rank_ = set_thread_log_rank(world != nullptr && world->size() > 1 ? rank_ : -1);
@@ -443,6 +409,7 @@ TrainSummary Trainer::run() {
   // The stage's executor, made again after every re-layout (--migrate-at) with the optimizer's
   // step count carried over.
   std::unique_ptr<Executor> executor;
+  std::unique_ptr<LiveMigrationConfig> live = live_migration_config();  // async-1f1b, live
   auto make_executor = [&](int64_t first_step) {
     StageComms comms;
     comms.pipe = pipe_.get();
@@ -468,6 +435,7 @@ TrainSummary Trainer::run() {
     e.update_sync = replica_sync.get();
     e.injector = injector.empty() ? nullptr : &injector;
     e.weight_cache = pipeline_.weight_cache;
+    e.live = live.get();
     executor = std::make_unique<Executor>(ctx_, *model_, *store_,
                                           StageRange{stage_, S, first_layer, end_layer}, comms, e,
                                           trace.get());
@@ -486,6 +454,15 @@ TrainSummary Trainer::run() {
   const bool sync = is_synchronous(pipeline_.schedule);
   const std::vector<Program> async_segments = sync ? std::vector<Program>() : async_programs(total);
   StageMemoryStats memory;  // over the executors of every layout this run had
+  auto settle = [&] {       // a live migration's run drained: the final layout's store
+    executor->finish();
+    add_memory_stats(&memory, executor->memory_stats());
+    const int64_t steps_done = executor->optimizer_steps();
+    const MigrationRecord record = settle_live_migration(executor);
+    live.reset();
+    make_executor(steps_done);
+    if (rank_ == 0 && observer_ != nullptr) observer_->on_migration(record);
+  };
   TrainSummary summary;
   summary.first_step = start_step_;
   summary.resumed_from = resumed_from_;
@@ -516,7 +493,7 @@ TrainSummary Trainer::run() {
     // here; an asynchronous one drained at the end of the last segment).
     std::vector<Migration> moves;
     for (const Migration& m : pipeline_.migrations) {
-      if (m.step == step) moves.push_back(m);
+      if (m.step == step && live == nullptr) moves.push_back(m);
     }
     if (const auto p = repartition.due(step)) moves.push_back({step, *p});  // --repartition
     for (const Migration& m : moves) {
@@ -538,6 +515,7 @@ TrainSummary Trainer::run() {
     }
     executor->set_loss_scale(scaler_.scale());
     StepStats stats = executor->run(program, source);
+    if (live != nullptr && step + 1 == total) settle();
     if (step + 1 == total) executor->flush_gradients();  // --dp-delay: the last D gradients
     if (step + 1 == total && replica_sync) replica_sync->finish();  // the mean of the replicas
     if (sync) executor->finish();
@@ -748,6 +726,7 @@ TrainSummary Trainer::run() {
   }
   injector.stop_load();
   summary.injected_seconds = injector.stats().seconds;
+  if (live != nullptr) settle();  // a run stopped early
   executor->finish();
 
   // Per-stage utilization and memory, gathered on every rank (reported by rank 0).

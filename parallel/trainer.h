@@ -127,6 +127,10 @@ struct PipelineConfig {
   int prefetch_layers = 2;            // swapped layers on their way back at once during a backward
   std::vector<Migration> migrations;  // by step
   MigrationMode migration = MigrationMode::kLive;
+  // A live migration's transfer (parallel/runtime/live_transfer.h): chunks of this many bytes (0:
+  // whole tensors), at most this many bytes in flight (0: no flow control).
+  size_t migration_chunk_bytes = size_t{1} << 20;
+  size_t migration_window_bytes = size_t{4} << 20;
   // With G > 1: how the replicas of a stage agree instead of the gradient all-reduce (empty: the
   // all-reduce). Made on every rank when run() starts (parallel/runtime/update_sync.h; SDPipe and
   // its baselines: parallel/sdpipe/sync_config.h). Each group then normalizes its loss by its own
@@ -329,6 +333,16 @@ class Trainer {
   std::vector<Program> async_programs(int64_t total_steps) const;
   // Moves the layers to `migration`'s partition (collective over the world; the executor gone).
   MigrationRecord relayout(const Migration& migration, Trace* trace);
+  // --migrate-at (parallel/trainer_live.cpp): the partitions checked before training, and a live
+  // migration inside an async-1f1b run: whether there is one, the layers of this stage's store
+  // (its core), a store as the run makes them, the executor's configuration, and the final
+  // layout's store once the run has drained (collective; the executor goes).
+  void check_migrations(const PipelineConfig& pipeline);
+  bool migrates_live() const;
+  std::pair<size_t, size_t> store_range() const;
+  std::unique_ptr<graph::ParamStore> make_store(size_t begin, size_t end);
+  std::unique_ptr<LiveMigrationConfig> live_migration_config();
+  MigrationRecord settle_live_migration(std::unique_ptr<Executor>& executor);
   void resume();
   void check_resumable(const proto::CheckpointManifest& manifest) const;
   // The state slots holding a checkpoint's delayed gradients (--dp-delay), oldest first.

@@ -61,7 +61,7 @@ std::vector<Program> Trainer::async_programs(int64_t total) const {
   // The steps where a run drains and the next one starts: the re-layouts.
   std::vector<int64_t> cuts{0};
   for (const Migration& m : pipeline_.migrations) {
-    if (m.step > 0 && m.step < total) cuts.push_back(m.step);
+    if (m.step > 0 && m.step < total && !migrates_live()) cuts.push_back(m.step);
   }
   // --repartition: wherever a decided move may go (the partition only changes swap prefetches,
   // refused with the repartition loop).

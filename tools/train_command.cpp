@@ -432,6 +432,8 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   p.weight_cache = o.weight_cache == "on";
   // --migrate-at STEP:PARTITION, checked before training (ranges as --partition writes them).
   p.migration = parallel::parse_migration_mode(o.migration);
+  p.migration_chunk_bytes = static_cast<size_t>(o.migration_chunk_mb * (1 << 20));
+  p.migration_window_bytes = static_cast<size_t>(o.migration_window_mb * (1 << 20));
   for (const std::string& spec : o.migrate_at) {
     const size_t colon = spec.find(':');
     STRATA_CHECK(colon != std::string::npos && colon > 0)

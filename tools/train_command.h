@@ -82,6 +82,8 @@ struct TrainOptions {
   std::string weight_cache = "off";     // --weight-cache off|on
   std::vector<std::string> migrate_at;  // "STEP:PARTITION" re-layouts (vPIPE part 2)
   std::string migration = "live";       // live | restart
+  double migration_chunk_mb = 1.0;      // a live migration's chunks (0: whole tensors)
+  double migration_window_mb = 4.0;     // and the most in flight (0: no flow control)
   // off | vpipe | dynpipe | dynpipe-no-rf | pipedream-re (parallel/repartition_loop.h)
   std::string repartition = "off";
   int64_t repartition_every = 0;  // 0: the policy's default (20; pipedream-re: an epoch)

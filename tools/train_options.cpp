@@ -188,8 +188,17 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--migration", o.migration,
                   "How --migrate-at moves layers: live (the pipeline keeps running) or restart "
                   "(drain the pipeline, move, start again); synchronous schedules move at a step "
-                  "boundary, where both are the same")
+                  "boundary, where both are the same; async-1f1b moves live once per run (more "
+                  "moves, and 2bw, need restart)")
       ->check(CLI::IsMember({"live", "restart"}));
+  cmd->add_option("--migration-chunk-mb", o.migration_chunk_mb,
+                  "--migration live with async-1f1b: the moved layers' inputs, weights and state "
+                  "go in chunks of this many MiB on a low-priority thread (0: whole tensors)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--migration-window-mb", o.migration_window_mb,
+                  "--migration live with async-1f1b: at most this many MiB of migration chunks in "
+                  "flight at once, so that training traffic goes first (0: no flow control)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--repartition", o.repartition,
                   "Move layers between stages while training, by policy: off; vpipe (vPIPE's "
                   "loop: every --repartition-every steps the measured per-layer forward and "

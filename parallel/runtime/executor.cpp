@@ -65,7 +65,8 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
                  store.mixed() ? std::optional<DType>(store.compute_dtype()) : std::nullopt,
                  config.lookahead, trace),
       copies_(make_copy_engine(ctx, range, config)),
-      memory_(ctx, model, store, range.begin, range.end, config.memory_plan, copies_.get(), trace),
+      memory_(ctx, model, store, store.begin(), store.end(), config.memory_plan, copies_.get(),
+              trace),
       versions_(ctx, store),
       uploader_(ctx) {
   if (config.weight_cache) {
@@ -92,8 +93,11 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
   STRATA_CHECK(range.begin < range.end && range.end <= model.size())
       << "executor: stage " << range.stage << " has the empty layer range [" << range.begin << ", "
       << range.end << ")";
-  STRATA_CHECK_EQ(store.begin(), range.begin) << "executor: the ParamStore holds other layers";
-  STRATA_CHECK_EQ(store.end(), range.end) << "executor: the ParamStore holds other layers";
+  // A live migration: the store holds the stage's core layers (those that do not move).
+  const LayerRange held = config.live != nullptr ? LiveStage::core_range(*config.live, range.stage)
+                                                 : LayerRange{range.begin, range.end};
+  STRATA_CHECK_EQ(store.begin(), held.begin) << "executor: the ParamStore holds other layers";
+  STRATA_CHECK_EQ(store.end(), held.end) << "executor: the ParamStore holds other layers";
   // Gradients of tied parameters split between this stage and another: the owner side holds the
   // owner entry, the other side a copy (ParamStore::tied_copies).
   if (comms.tied != nullptr) {
@@ -135,6 +139,16 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
     use_stream(comms.tied, compute_stream());
     use_stream(comms.dp, compute_stream());  // before the split below, which inherits it
   }
+  if (config.live != nullptr) {
+    check_live();
+    live_ = std::make_unique<LiveStage>(ctx, model, range.stage, *config.live, config.optimizer);
+    const StageLayout& layout = live_->layout();
+    const int stage = range.stage;
+    transfers_.set_boundaries([&layout, stage](int64_t mb, bool gradient) {
+      return gradient ? layout.backward_range(stage, mb).end
+                      : layout.forward_range(stage, mb).begin;
+    });
+  }
   if (comms.dp != nullptr && comms.dp->size() > 1) {
     // A communicator of its own for the communication thread (collective over the groups).
     grouped_dp_ =
@@ -146,6 +160,45 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
 Executor::~Executor() {
   // The caller streams set here may not outlive this executor (its send and receive streams).
   for (Communicator* c : stream_users_) c->set_caller_stream(nullptr);
+}
+
+void Executor::check_live() const {
+  const LiveMigrationConfig& live = *config_.live;
+  const std::string what = live.what + ": --migration live";
+  STRATA_CHECK(config_.kind == ScheduleKind::kAsync1F1B)
+      << what << " inside a run needs async-1f1b, not " << schedule_name(config_.kind);
+  const bool holds_initial = live.initial.size() == static_cast<size_t>(range_.stages) &&
+                             live.initial[range_.stage] == LayerRange{range_.begin, range_.end};
+  STRATA_CHECK(holds_initial) << what << ": stage " << range_.stage
+                              << " does not hold its layers of the initial partition";
+  STRATA_CHECK(!store_.mixed()) << what << " needs float32 weights (--precision fp32)";
+  // The shipped tensors go through host buffers and the stores' copies without stream order: on
+  // a GPU that path is not built (nor tested); --migration restart moves layers there.
+  STRATA_CHECK(!ctx_.device().is_cuda())
+      << what << " with async-1f1b runs on CPU ranks only; use --migration restart on a GPU";
+  STRATA_CHECK(comms_.dp == nullptr || comms_.dp->size() == 1)
+      << what << " with async-1f1b is for one group (--groups 1) only";
+  STRATA_CHECK(comms_.tied == nullptr)
+      << what << ": tied parameters split between stages are not supported";
+  STRATA_CHECK(config_.optimizer.clip_grad_norm == 0 && !config_.global_norm)
+      << what << " with async-1f1b: no --clip-grad-norm, --nan-policy skip or --loss-scale (they "
+      << "need a gradient norm over the moved layers' stores)";
+  STRATA_CHECK(config_.update_sync == nullptr && !config_.weight_cache)
+      << what << ": no --sync or --weight-cache";
+  STRATA_CHECK(!config_.memory_plan.uses(MemoryPolicy::kSwap, 0, model_.size()) &&
+               !config_.memory_plan.uses(MemoryPolicy::kRecompute, 0, model_.size()))
+      << what << " keeps every layer's saved tensors: no --memory-plan swap or recompute";
+}
+
+graph::ForwardOptions Executor::training_options(int64_t mb, MicroBatchSource& source) const {
+  const MicroBatchSource::Info info = source.info(mb);
+  graph::ForwardOptions options;
+  options.training = true;
+  options.seed = config_.seed;
+  options.step = info.step;
+  options.sample_offset = info.sample_offset;
+  options.keep_tape = true;
+  return options;
 }
 
 void* Executor::compute_stream() const { return cuda::exec_stream(ctx_.cuda()); }
@@ -184,7 +237,16 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   options.keep_tape = training;
   f.weight_version = version;
   TensorList outputs;
-  if (training) {
+  if (training && live_ != nullptr) {
+    outputs = live_->forward(
+        mb, inputs, options,
+        [&](const TensorList& x) {
+          versions_.use(version, optimizer_steps_, "Forward", mb);
+          return memory_.forward(mb, x, options);
+        },
+        source);
+    f.awaiting_backward = true;
+  } else if (training) {
     // 2bw: the step's version, which is older than the latest once the step before updated.
     versions_.use(version, optimizer_steps_, "Forward", mb);
     outputs = memory_.forward(mb, inputs, options);
@@ -227,7 +289,7 @@ void Executor::forward(int64_t mb, MicroBatchSource& source, bool training, Step
   }
 }
 
-void Executor::backward(int64_t mb, bool last_of_update) {
+void Executor::backward(int64_t mb, bool last_of_update, MicroBatchSource& source) {
   auto it = in_flight_.find(mb);
   STRATA_CHECK(it != in_flight_.end() && it->second->awaiting_backward)
       << "executor: Backward(mb " << mb << ") on stage " << range_.stage << " before its Forward";
@@ -237,7 +299,7 @@ void Executor::backward(int64_t mb, bool last_of_update) {
   }
   const TensorList grads = last_stage() ? TensorList{f.dlogits} : std::move(f.grad_outputs);
   // Weight stashing: run the backward on the weights the forward saw.
-  versions_.use(f.weight_version, optimizer_steps_, "Backward", mb);
+  if (live_ == nullptr) versions_.use(f.weight_version, optimizer_steps_, "Backward", mb);
   // The update's last backward pass launches each gradient bucket once its layers are done
   // (under mixed precision, once their gradients are in the f32 masters).
   std::function<void(size_t)> hook;
@@ -248,7 +310,18 @@ void Executor::backward(int64_t mb, bool last_of_update) {
       grouped_dp_->layer_done(updates_, layer);
     };
   }
-  TensorList grad_inputs = memory_.backward(mb, grads, hook);
+  TensorList grad_inputs;
+  if (live_ != nullptr) {
+    grad_inputs = live_->backward(
+        mb, grads, training_options(mb, source),
+        [&](const TensorList& g) {
+          versions_.use(f.weight_version, optimizer_steps_, "Backward", mb);
+          return memory_.backward(mb, g, hook);
+        },
+        source);
+  } else {
+    grad_inputs = memory_.backward(mb, grads, hook);
+  }
   if (!early_buckets) store_.flush_grads(ctx_);  // mixed precision: into the f32 masters
   if (!first_stage()) f.grad_inputs = std::move(grad_inputs);
   f.awaiting_backward = false;  // no longer needs its weight version
@@ -347,6 +420,7 @@ void Executor::apply_update(StepStats* stats) {
   }
   const graph::OptimizerStepInfo info =
       optimizer_.step(ctx_, optimizer_steps_, global_sum, loss_scale_);
+  if (live_ != nullptr) local_sq += live_->update(optimizer_steps_);  // the moved layers
   store_.zero_grads(ctx_);
   ++optimizer_steps_;
   // Mixed precision: the asynchronous schedule computes on the new weights within this program
@@ -442,7 +516,7 @@ void Executor::execute_op(const Instruction& in, MicroBatchSource& source, StepS
       break;
     }
     case OpCode::kBackward:
-      backward(in.micro_batch, last_backward_);
+      backward(in.micro_batch, last_backward_, source);
       if (config_.grad_sync_observer) {
         GradSyncEvent e;
         e.kind = GradSyncEvent::kBackwardEnd;
@@ -503,6 +577,7 @@ StepStats Executor::run(const Program& program, MicroBatchSource& source) {
     memory_.poll();
   }
   versions_.restore_latest();  // between programs the store holds the latest weights
+  if (live_ != nullptr) live_->restore_latest();
   collect_losses(&stats);
   stats.wall_seconds = seconds_since(start);
   return stats;
@@ -548,12 +623,20 @@ void Executor::finish() {
       << "executor: stage " << range_.stage << " finished with saved tensors still recorded";
   STRATA_CHECK(grouped_dp_ == nullptr || config_.grad_sync.delay > 0 || grouped_dp_->idle())
       << "executor: stage " << range_.stage << " finished with gradient all-reduces pending";
+  if (live_ != nullptr) {
+    STRATA_CHECK_EQ(live_->live_records(), 0)
+        << "executor: stage " << range_.stage << " finished with moved layers' saved tensors";
+    live_->finish();
+  }
   versions_.clear();
   run_first_step_ = -1;
 }
 
 StepStats Executor::evaluate(int64_t first, int64_t count, MicroBatchSource& source) {
   const auto start = Clock::now();
+  STRATA_CHECK(live_ == nullptr) << "executor: stage " << range_.stage
+                                 << " evaluates with the executor of a run that migrates live; "
+                                    "evaluate with an executor of the final layout";
   StepStats stats;
   versions_.restore_latest();
   store_.load_working(ctx_);

@@ -66,6 +66,7 @@
 #include "parallel/grouped_dp.h"
 #include "parallel/runtime/copy_engine.h"
 #include "parallel/runtime/injector.h"
+#include "parallel/runtime/live_stage.h"
 #include "parallel/runtime/memory_plan.h"
 #include "parallel/runtime/micro_batch_source.h"
 #include "parallel/runtime/stage_memory.h"
@@ -111,6 +112,9 @@ struct ExecutorConfig {
   // --weight-cache on (async-1f1b, 2bw): the stashed weight versions live in `swap_pool`, the
   // device caches the one the next instruction needs (parallel/runtime/weight_versions.h).
   bool weight_cache = false;
+  // A live migration inside this async-1f1b run (not owned; null: none): the stage's store holds
+  // its core layers, parallel/runtime/live_stage.h the moving ones.
+  const LiveMigrationConfig* live = nullptr;
 };
 
 struct StepStats {
@@ -181,6 +185,8 @@ class Executor {
   CopyEngine::Stats copy_stats() const { return copies_ ? copies_->stats() : CopyEngine::Stats{}; }
   // Weight versions this stage held at once, at most (the store's and the stashed ones).
   int64_t weight_versions_peak() const { return versions_.peak(); }
+  // The live migration's side of this stage (null without one).
+  const LiveStage* live() const { return live_.get(); }
 
  private:
   struct InFlight;
@@ -188,7 +194,9 @@ class Executor {
   void execute(const Instruction& in, MicroBatchSource& source, StepStats* stats);
   void execute_op(const Instruction& in, MicroBatchSource& source, StepStats* stats);
   void forward(int64_t mb, MicroBatchSource& source, bool training, StepStats* stats);
-  void backward(int64_t mb, bool last_of_update);
+  void backward(int64_t mb, bool last_of_update, MicroBatchSource& source);
+  graph::ForwardOptions training_options(int64_t mb, MicroBatchSource& source) const;
+  void check_live() const;
   void reduce_gradients();
   void optimizer_step(StepStats* stats);
   void apply_update(StepStats* stats);
@@ -236,6 +244,7 @@ class Executor {
   std::vector<Tensor> losses_;
   // The communicators whose caller stream this executor set (reset when it goes).
   std::vector<Communicator*> stream_users_;
+  std::unique_ptr<LiveStage> live_;
 };
 
 }  // namespace strata::parallel

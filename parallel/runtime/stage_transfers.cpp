@@ -187,7 +187,9 @@ void StageTransfers::post_ahead(const Program& program, size_t from, MicroBatchS
 void StageTransfers::post(const Instruction& in, MicroBatchSource& source) {
   const bool gradient = in.op == OpCode::kRecvGrad;
   const int64_t rows = source.info(in.micro_batch).rows;
-  const graph::TensorSpecs& specs = model_.specs_before(gradient ? range_.end : range_.begin);
+  size_t boundary = gradient ? range_.end : range_.begin;
+  if (boundaries_) boundary = boundaries_(in.micro_batch, gradient);
+  const graph::TensorSpecs& specs = model_.specs_before(boundary);
   const Route from = route(in.op);
   auto pending = std::make_unique<PendingRecv>();
   pending->instruction = in;

@@ -46,6 +46,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -124,6 +125,11 @@ class StageTransfers {
   // Waits for every send to complete.
   void drain();
   size_t posted_receives() const { return receives_.size(); }
+  // A live migration (parallel/runtime/live_stage.h): the layer whose inputs RecvAct(mb) receives
+  // (gradient false) or whose inputs' gradients RecvGrad(mb) receives (gradient true), when the
+  // stage's layers differ from one micro-batch to the next; unset: the stage's range.
+  using Boundaries = std::function<size_t(int64_t mb, bool gradient)>;
+  void set_boundaries(Boundaries boundaries) { boundaries_ = std::move(boundaries); }
   // "RecvAct(mb 3) on stage 1 from stage 0"
   std::string describe(const Instruction& in) const;
 
@@ -154,6 +160,7 @@ class StageTransfers {
   std::unique_ptr<cuda::StreamHandle> send_stream_, recv_stream_;
   // Receives are posted when reached rather than ahead (a stream-ordered backend).
   bool late_receives_ = false;
+  Boundaries boundaries_;
   // The links whose caller stream this object set (reset when it goes).
   std::vector<Communicator*> stream_users_;
 };

@@ -1,8 +1,9 @@
 // vPIPE part 2 through the CLI: layers moved between stages while training (--migrate-at) give
 // bitwise the per-step losses and final weights of the run without moves (synchronous schedules;
 // local threads and MPI ranks; 1 and 2 groups); the asynchronous schedule's restart moves are
-// bitwise a restart that moves nothing (the move itself changes no number); a checkpoint written
-// after a move resumes exactly; bad --migrate-at values are refused before training.
+// bitwise a restart that moves nothing (the move itself changes no number); its live moves are
+// bitwise the Eq. 4 replay; a checkpoint written after a move resumes exactly; bad --migrate-at
+// values are refused before training.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "graph/model_spec.h"
+#include "io/data_loader.h"
+#include "io/dataset.h"
+#include "io/datasets.h"
+#include "models/registry.h"
+#include "models/weight_files.h"
+#include "parallel/live_stage_checks.h"
+#include "parallel/micro_batches.h"
 #include "testing/cli.h"
 #include "testing/train_run.h"
 
@@ -133,6 +142,102 @@ TEST(MigrationCli, AsyncRestartMovesTheLayersAndTrainsOn) {
   EXPECT_FALSE(moved.weights == in_place.weights);
 }
 
+// async-1f1b with --migration live (the default): the layers move while the pipeline runs
+// (parallel/runtime/live_stage.h). The run's per-step losses, final weights and batch-norm
+// statistics are bit for bit those of an independent one-process replay of the weight versions
+// vPIPE's Eq. 4 prescribes (tests/parallel/live_stage_checks.h) on the same micro-batches (the
+// CLI's data set and loader, rebuilt here); the run without the move is not that replay.
+const char* kCnnAsync =
+    "--model cnn --size tiny --dataset fashion-mnist --train-samples 256 --test-samples 64 "
+    "--steps 6 --batch-size 16 --micro-batches 4 --stages 2 --partition uniform --seed 2 "
+    "--schedule async-1f1b --optimizer sgd --momentum 0.9 --lr 0.05 --lr-schedule constant "
+    "--no-augment --migration-chunk-mb 0.01 --migration-window-mb 0.04";
+
+strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& migration) {
+  using namespace strata;
+  io::DatasetOptions data_options;
+  data_options.seed = 2;
+  data_options.augment = false;
+  auto train =
+      io::make_subset(io::open_dataset("fashion-mnist", "", "train", data_options), 0, 256);
+  const proto::ModelSpec spec =
+      models::model_spec("cnn", "tiny", train->input_spec().shape, train->num_classes());
+  auto model = graph::build_model(spec);
+  io::DataLoaderOptions options;
+  options.batch_size = 16;
+  options.shuffle = true;
+  options.seed = 2;
+  options.drop_last = true;
+  parallel::LoaderMicroBatches source(train, options, 4, true, nullptr, -100, true);
+  parallel::StageLayout layout({{0, 6}, {6, 12}});
+  if (!migration.empty()) {
+    const auto colon = migration.find(':');
+    std::vector<std::string> names;
+    for (size_t i = 0; i < model->size(); ++i) names.push_back(model->layer(i).name());
+    layout.add_live_migration(parallel::parse_partition(migration.substr(colon + 1), names, 2),
+                              std::stoll(migration.substr(0, colon)) * 4);
+  }
+  return parallel::live_stage_checks::replay(*model, 2, layout, source, 6 * 4, 2, 0.05, 0.9);
+}
+
+// `launcher` empty: local threads (--local); otherwise MPI ranks under it.
+// `unmoved`: the oracle's weights without the move (the run must not end there).
+void expect_cnn_live_matches_oracle(const std::string& dir, const std::string& name,
+                                    const std::string& migration, const std::string& moves,
+                                    const strata::parallel::live_stage_checks::Weights& unmoved,
+                                    const std::string& launcher = "") {
+  using namespace strata;
+  SCOPED_TRACE(migration);
+  const std::string ranks = launcher.empty() ? " --local" : " --threads 1";
+  const TrainRun run =
+      train_run(dir, name, std::string(kCnnAsync) + ranks + " --migrate-at " + migration, launcher);
+  ASSERT_EQ(run.status, 0) << run.output;
+  ASSERT_EQ(run.of("migration").size(), 1u) << run.output;
+  EXPECT_EQ(run.of("migration")[0]["mode"], "live");
+  EXPECT_TRUE(contains(run.of("migration")[0]["moves"].get<std::string>(), moves)) << run.output;
+  EXPECT_GT(run.of("migration")[0]["bytes"].get<double>(), 0.0);
+  const parallel::live_stage_checks::OracleResult expected = cnn_oracle(migration);
+  ASSERT_EQ(run.of("train").size(), 6u);
+  for (size_t t = 0; t < 6; ++t) {
+    double sum = 0.0;
+    for (size_t j = 4 * t; j < 4 * t + 4; ++j) sum += expected.losses[j];
+    EXPECT_EQ(run.of("train")[t]["loss"].get<double>(), sum / 4) << "step " << t + 1;
+  }
+  // The final weights file against the oracle's parameters and statistics.
+  io::DatasetOptions data_options;
+  const auto data = io::open_dataset("fashion-mnist", "", "test", data_options);
+  auto model = graph::build_model(
+      models::model_spec("cnn", "tiny", data->input_spec().shape, data->num_classes()));
+  ExecContext ctx(Device::cpu(), nullptr, 1);
+  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
+  models::load_weights(dir + "/" + name + ".st", *model, store);
+  parallel::live_stage_checks::Weights weights, buffers;
+  parallel::live_stage_checks::add_weights(store, &weights);
+  for (size_t i = 0; i < store.buffer_entries().size(); ++i) {
+    buffers[store.buffer_entries()[i].full_name()] = store.buffer(i).to_vector<float>();
+  }
+  EXPECT_TRUE(weights == expected.weights) << "the final weights differ from the oracle";
+  EXPECT_TRUE(buffers == expected.buffers) << "the running statistics differ from the oracle";
+  EXPECT_FALSE(weights == unmoved) << "the move changed no staleness";
+}
+
+TEST(MigrationCli, AsyncLiveMatchesTheEq4Oracle) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    GTEST_SKIP() << "no Fashion-MNIST";
+  }
+  const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_live");
+  // conv1 bn1 relu1 pool1 conv2 bn2 | relu2 pool2 flatten fc1 relu3 fc2: conv2 and bn2 move
+  // down, then (another run) relu2-fc1 move up; the move down also between MPI ranks.
+  const auto unmoved = cnn_oracle("").weights;
+  expect_cnn_live_matches_oracle(dir, "down", "3:conv1-pool1,conv2-fc2", "conv2 0->1, bn2 0->1",
+                                 unmoved);
+  expect_cnn_live_matches_oracle(dir, "up", "2:conv1-fc1,relu3-fc2", "relu2 1->0", unmoved);
+#ifdef STRATA_MPIEXEC
+  expect_cnn_live_matches_oracle(dir, "mpi", "3:conv1-pool1,conv2-fc2", "conv2 0->1, bn2 0->1",
+                                 unmoved, mpirun(2));
+#endif
+}
+
 // A checkpoint written after a move resumes in the new layout and ends as the uninterrupted run.
 TEST(MigrationCli, CheckpointAfterAMoveResumesExactly) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_ckpt");
@@ -168,7 +273,12 @@ TEST(MigrationCli, BadMigrationsAreRefusedBeforeTraining) {
            {"--migrate-at 2:embed,nope", "no layer is named 'nope'"},
            {"--migrate-at x:0,1-3", "the step 'x' is not a number"},
            {"--migrate-at 6:0,1-3", "a migration goes before one of steps 1..5"},
-           {"--migrate-at 0-1,2-3", "expected STEP:PARTITION"}}) {
+           {"--migrate-at 0-1,2-3", "expected STEP:PARTITION"},
+           {"--schedule async-1f1b --migrate-at 2:0-2,3 --migrate-at 4:0,1-3",
+            "one migration per run (got 2); use --migration restart"},
+           {"--schedule async-1f1b --migrate-at 2:0-2,3 --clip-grad-norm 1",
+            "no --clip-grad-norm or --nan-policy skip"},
+           {"--schedule 2bw --migrate-at 2:0-2,3", "only async-1f1b migrates live"}}) {
     const strata::testing::CliResult r = run_cli("train " + base + flags + " --progress off");
     EXPECT_NE(r.status, 0) << flags << "\n" << r.output;
     EXPECT_TRUE(contains(r.output, text)) << flags << "\n" << r.output;

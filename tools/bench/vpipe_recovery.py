@@ -15,13 +15,13 @@ during training, with a static partition against --repartition vpipe, in three w
 For each, the throughput (samples/s) over the steps after `--settle` steps past the slowdown's
 start, static vs repartition (medians of --repeats interleaved runs), and the partition the loop
 ended in. With --timeline, also the per-step time around a scripted migration (--migrate-at):
-1f1b (a synchronous schedule moves between steps: nothing to drain) and async-1f1b with
---migration restart (the asynchronous pipeline drains at the move and fills again) beside
-async-1f1b without a move; then, when build/live_migration_bench exists, the live async-1f1b
-protocol against restart and with and without chunks and flow control, as a protocol replay over
-a link model (a simulation in ticks: the live protocol is not in the runtime yet).
+1f1b (a synchronous schedule moves between steps: nothing to drain), async-1f1b with
+--migration restart (the asynchronous pipeline drains at the move and fills again) and with
+--migration live (the layers move while the pipeline runs: parallel/runtime/live_stage.h), live
+with whole tensors and no flow control (--migration-chunk-mb 0 --migration-window-mb 0), beside
+async-1f1b without a move: measured runs, medians per step.
 
-  tools/bench/vpipe_recovery.py build/strata [--steps 60] [--repeats 3] [--timeline]
+  tools/bench/vpipe_recovery.py build/strata [--steps 60] [--repeats 3] [--timeline] [--timeline-only]
 """
 import argparse
 import json
@@ -60,6 +60,14 @@ def throughput(records, first_step, batch):
     return batch * len(steps) / sum(t[s] for s in steps)
 
 
+def print_table(rows):
+    print("| workload | static samples/s | --repartition vpipe samples/s | speedup | moves | "
+          "final partition (last run) |")
+    print("|---|---|---|---|---|---|")
+    for name, s, v, x, d, p in rows:
+        print("| %s | %.1f | %.1f | %.2fx | %d | %s |" % (name, s, v, x, d, p))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("strata")
@@ -78,6 +86,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="load threads")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeline", action="store_true")
+    ap.add_argument("--timeline-only", action="store_true", help="--timeline without the table")
     a = ap.parse_args()
     base = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
             "60000", "--test-samples", "64", "--stages", "2", "--local", "--threads", "1",
@@ -100,6 +109,8 @@ def main():
           % (a.partition, a.batch_size, a.micro_batches, a.steps, f, f + a.settle, a.steps, a.every,
              a.repeats))
     rows = []
+    if a.timeline_only:
+        a.timeline, workloads = True, []
     for name, spec in workloads:
         res = {"static": [], "vpipe": []}
         final = ""
@@ -117,11 +128,8 @@ def main():
                     final = moves[-1]["partition"] if moves else a.partition + " (no move)"
         s, v = statistics.median(res["static"]), statistics.median(res["vpipe"])
         rows.append((name, s, v, v / s, decisions, final))
-    print("| workload | static samples/s | --repartition vpipe samples/s | speedup | moves | "
-          "final partition (last run) |")
-    print("|---|---|---|---|---|---|")
-    for name, s, v, x, d, p in rows:
-        print("| %s | %.1f | %.1f | %.2fx | %d | %s |" % (name, s, v, x, d, p))
+    if rows:
+        print_table(rows)
     if a.timeline:
         k = a.steps // 2
         print("\nper-step seconds around a migration after %d steps (conv2 moves to stage 0: "
@@ -131,7 +139,12 @@ def main():
         cases = [("1f1b, move (live)", ["--schedule", "1f1b"] + move),
                  ("async-1f1b, no move", ["--schedule", "async-1f1b"]),
                  ("async-1f1b, move (restart)",
-                  ["--schedule", "async-1f1b", "--migration", "restart"] + move)]
+                  ["--schedule", "async-1f1b", "--migration", "restart"] + move),
+                 ("async-1f1b, move (live)",
+                  ["--schedule", "async-1f1b", "--migration", "live"] + move),
+                 ("async-1f1b, move (live, whole tensors, no window)",
+                  ["--schedule", "async-1f1b", "--migration", "live", "--migration-chunk-mb", "0",
+                   "--migration-window-mb", "0"] + move)]
         times = {c: [] for c, _ in cases}
         for rep in range(a.repeats):
             for c, extra in cases:
@@ -143,18 +156,6 @@ def main():
         for c, _ in cases:
             cells = [statistics.median(t[s + 1] for t in times[c]) for s in window]
             print("| %s | " % c + " | ".join("%.3f" % x for x in cells) + " |")
-        # The live async-1f1b protocol is replayed, not run: parallel/runtime/live_protocol.h over
-        # a link model (ticks), live against restart and with/without chunks and flow control.
-        sim = os.path.join(os.path.dirname(os.path.abspath(a.strata)), "live_migration_bench")
-        if os.path.exists(sim):
-            print("\nlive vs restart, async-1f1b: protocol replay (a simulation, not a measurement)")
-            p = subprocess.run([sim, "sim"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
-            print(p.stdout)
-            if p.returncode != 0:
-                sys.exit("live_migration_bench sim failed")
-        else:
-            print("\n(%s not built: no live-vs-restart protocol replay)" % sim)
     print("\nload average at end: %s" % open("/proc/loadavg").read().split()[:3])
 
 

@@ -1,0 +1,137 @@
+// One stage's side of a live layer migration under async-1f1b, inside the executor (vPIPE §3.3,
+// ../shared/papers/vpipe.md; the protocol and its replay: parallel/runtime/live_protocol.h).
+//
+// The stage's layers that never move (its core: the layers of its range before and after the
+// migration) stay in the executor's ParamStore. Each block of layers that moves between this
+// stage and a neighbour (a BoundaryMove of parallel/runtime/stage_layout.h) has a ParamStore,
+// optimizer, weight versions and saved-tensor records of its own on each side: on the source
+// from the start of the run until the hand-off; the target makes its own when the run starts
+// (LiveTransfer's prepare/ready) and runs the layers from the hand-off on. Which parts
+// a micro-batch's forward and backward run is StageLayout's per-micro-batch ranges, so the
+// pipeline never drains: the stages keep running async-1f1b's programs while the layers move.
+//
+// For a move of layers L from `src` to `tgt` whose first backward on tgt is micro-batch K
+// (F = K + S - src - 1 is the first forward of L on tgt):
+//   - src runs the forwards of L for micro-batches j < F and their backwards for j < K. For
+//     j in [K, F) (S - src - 1 micro-batches, vPIPE's p - n - 1 copies) it posts L's inputs with
+//     the weights of L that the forward used (weight stashing) to tgt, and drops its own saved
+//     tensors of L for j: tgt recomputes them (the forward replayed on the same inputs, weights
+//     and ForwardOptions is bitwise the one src ran, as the recompute memory policy relies on).
+//   - after its update of Backward(K - 1) (L's last backward at src), src posts the hand-off: L's
+//     parameters, optimizer state and buffers (running statistics: every forward of L at src,
+//     j < F, ran before it), and frees L.
+//   - tgt waits for the hand-off (posted after the inputs, so all of them are there) at the
+//     first instruction that needs L: Backward(K) for a move down, Forward(F) for a move up. The
+//     weights of each shipped micro-batch become a stashed version of L; for a move up the
+//     version of micro-batch F - 1 (K - 1 updates) is the one Forward(F) needs by Eq. 4.
+//   - tgt's Backward(j) of L for j in [K, F) replays L's forward from the shipped inputs on the
+//     stashed version (running statistics restored afterwards), then runs L's backward.
+// Every forward of L uses the version Eq. 4 gives for the stage that runs it
+// (async_forward_version), checked against the versions the block holds; every update of L is
+// applied once, in micro-batch order, on the stage that ran the backward. The bytes go through
+// LiveTransfer (a low-priority thread, in chunks with a window).
+//
+// Limits (refused by the caller, named): one migration per run, float32 stores (no mixed
+// precision), one data-parallel group, no gradient clipping or --nan-policy skip (a global norm
+// over the blocks), the keep memory policy for the moved layers, no tied parameters in them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/exec_context.h"
+#include "engine/tape.h"
+#include "graph/model.h"
+#include "graph/optimizer.h"
+#include "graph/param_store.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/runtime/live_transfer.h"
+#include "parallel/runtime/micro_batch_source.h"
+#include "parallel/runtime/stage_layout.h"
+#include "parallel/runtime/stage_memory.h"
+#include "parallel/runtime/weight_versions.h"
+
+namespace strata::parallel {
+
+struct LiveMigrationConfig {
+  Partition initial;             // the stages' layers before the migration
+  Partition next;                // and after it
+  int64_t first_backward = 0;    // K: the first micro-batch whose moved layers run backward on tgt
+  Communicator* comm = nullptr;  // the migration's channel (a split of the pipeline's)
+  LiveTransferConfig transfer;
+  std::string what = "live migration";  // names the migration in errors
+  // Makes (and initializes, as the run initializes every store) a store of layers [begin, end):
+  // a source's moved layers at the start; a target's before the hand-off fills it.
+  std::function<std::unique_ptr<graph::ParamStore>(size_t begin, size_t end)> make_store;
+};
+
+// Counters for tests and the run's report.
+struct LiveStageStats {
+  int64_t inputs_sent = 0;         // source: micro-batches whose moved layers' inputs went out
+  int64_t inputs_received = 0;     // target
+  int64_t replayed_backwards = 0;  // target: backwards of moved layers from shipped inputs
+  int64_t handoffs_sent = 0, handoffs_received = 0;
+  int64_t moved_updates = 0;  // updates of moved layers' blocks on this stage
+  size_t freed_bytes = 0;     // source: device bytes given back when its block went
+  size_t bytes_sent = 0, bytes_received = 0;
+  double handoff_wait_seconds = 0.0;  // target: blocked on the hand-off
+};
+
+class LiveStage {
+ public:
+  // `stage` of the initial partition's stages; `core_store` holds the stage's core layers.
+  LiveStage(ExecContext& ctx, graph::Model& model, int stage, const LiveMigrationConfig& config,
+            const graph::OptimizerConfig& optimizer);
+  ~LiveStage();
+  LiveStage(const LiveStage&) = delete;
+  LiveStage& operator=(const LiveStage&) = delete;
+
+  // The layers no migration moves (the intersection of the stage's ranges before and after).
+  static LayerRange core_range(const LiveMigrationConfig& config, int stage);
+  const StageLayout& layout() const { return layout_; }
+
+  // A training forward of `mb` through the stage's parts from `inputs`; `core` runs the core.
+  using CoreForward = std::function<TensorList(const TensorList&)>;
+  TensorList forward(int64_t mb, const TensorList& inputs, const graph::ForwardOptions& options,
+                     const CoreForward& core, MicroBatchSource& source);
+  // Its backward from the gradients of the stage's outputs; `core` runs the core's.
+  using CoreBackward = std::function<TensorList(const TensorList&)>;
+  // `options`: those of the micro-batch's forward (a replay of moved layers runs with them).
+  TensorList backward(int64_t mb, const TensorList& grads, const graph::ForwardOptions& options,
+                      const CoreBackward& core, MicroBatchSource& source);
+  // After the core's update of micro-batch `mb`'s backward (`step`: the optimizer step index):
+  // updates the blocks whose backward ran; the source's hand-off. Returns the blocks' share of
+  // the squared gradient norm.
+  double update(int64_t step);
+  // Puts the latest weights back into the blocks' stores (between programs).
+  void restore_latest();
+  // Checks that nothing is left (every block's records consumed, every transfer through).
+  void finish();
+
+  LiveStageStats stats() const { return stats_; }
+  int64_t live_records() const;
+  // The stores of the moved layers this stage holds now (the latest weights between programs).
+  std::vector<const graph::ParamStore*> stores() const;
+
+ private:
+  struct Block;
+  void receive_handoff(Block& b, const std::string& waiter, MicroBatchSource& source);
+  void expect_items(Block& b, int64_t up_to, MicroBatchSource& source);
+  void release_unneeded(Block& b);
+
+  ExecContext& ctx_;
+  graph::Model& model_;
+  int stage_;
+  LiveMigrationConfig config_;
+  graph::OptimizerConfig optimizer_;
+  StageLayout layout_;
+  LayerRange core_;
+  std::vector<std::unique_ptr<Block>> blocks_;  // in layer order
+  LiveStageStats stats_;
+};
+
+}  // namespace strata::parallel

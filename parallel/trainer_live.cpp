@@ -1,0 +1,194 @@
+// The Trainer's --migrate-at: the partitions checked before training, and a live migration
+// inside an async-1f1b run (parallel/runtime/live_stage.h): the stores it starts with, its
+// configuration, and the store of the final layout once the run has drained.
+#include <algorithm>
+#include <map>
+
+#include "engine/check.h"
+#include "engine/log.h"
+#include "models/weight_files.h"
+#include "parallel/runtime/relayout.h"
+#include "parallel/trainer.h"
+
+namespace strata::parallel {
+namespace {
+
+Partition partition_of(const std::vector<std::pair<size_t, size_t>>& ranges) {
+  Partition p;
+  for (const auto& [b, e] : ranges) p.push_back({b, e});
+  return p;
+}
+
+}  // namespace
+
+void Trainer::check_migrations(const PipelineConfig& pipeline) {
+  const int S = pipeline.stages;
+  // Each partition covers the layers in order, one range per stage; by step.
+  std::sort(pipeline_.migrations.begin(), pipeline_.migrations.end(),
+            [](const Migration& a, const Migration& b) { return a.step < b.step; });
+  for (const Migration& m : pipeline_.migrations) {
+    STRATA_CHECK(m.step >= 1) << "--migrate-at " << m.step << ": the step must be at least 1";
+    STRATA_CHECK_EQ(static_cast<int>(m.partition.size()), S)
+        << "--migrate-at " << m.step << ": the partition has " << m.partition.size()
+        << " stages, --stages is " << S;
+    size_t next = 0;
+    for (const auto& [b, e] : m.partition) {
+      STRATA_CHECK(b == next && e > b && e <= model_->size())
+          << "--migrate-at " << m.step << ": stages must cover the " << model_->size()
+          << " layers in order, each at least one layer";
+      next = e;
+    }
+    STRATA_CHECK_EQ(next, model_->size())
+        << "--migrate-at " << m.step << ": the partition leaves layers after " << next;
+  }
+  STRATA_CHECK(pipeline_.migrations.empty() || pipeline.grad_sync.delay == 0)
+      << "--migrate-at with --dp-delay " << pipeline.grad_sync.delay
+      << ": the delayed gradients are laid out by the stage's layers; migrate without delay";
+  if (pipeline_.migrations.empty() || is_synchronous(pipeline.schedule) ||
+      pipeline.migration == MigrationMode::kRestart) {
+    return;
+  }
+  // --migration live inside an asynchronous run (parallel/runtime/live_stage.h).
+  const std::string what = "--migrate-at with " + std::string(schedule_name(pipeline.schedule)) +
+                           " and --migration live";
+  STRATA_CHECK(pipeline.schedule == ScheduleKind::kAsync1F1B)
+      << what << " is not available (only async-1f1b migrates live); use --migration restart "
+      << "(drain, move, start again)";
+  STRATA_CHECK_EQ(pipeline_.migrations.size(), 1u)
+      << what << ": one migration per run (got " << pipeline_.migrations.size()
+      << "); use --migration restart for more";
+  STRATA_CHECK_EQ(pipeline.groups, 1) << what << ": one group only (--groups 1)";
+  STRATA_CHECK(config_.compute_dtype == DType::kF32) << what << " needs --precision fp32";
+  STRATA_CHECK(config_.optimizer.clip_grad_norm == 0 && config_.nan_policy != NanPolicy::kSkip)
+      << what << ": no --clip-grad-norm or --nan-policy skip (a gradient norm over the moved "
+      << "layers' stores)";
+  STRATA_CHECK(!pipeline.weight_cache && !pipeline.update_sync)
+      << what << ": no --weight-cache or --sync";
+  STRATA_CHECK(!pipeline.memory_plan.uses(MemoryPolicy::kSwap, 0, model_->size()) &&
+               !pipeline.memory_plan.uses(MemoryPolicy::kRecompute, 0, model_->size()))
+      << what << ": the moved layers keep their saved tensors (no --memory-plan swap or "
+      << "recompute, no --mem-limit that needs them)";
+  // The stages' stores change at the end of the run: an evaluation goes there only.
+  TrainConfig epoch = config_;
+  epoch.steps = 0, epoch.epochs = 1;
+  const int64_t total = total_steps(config_, pipeline, train_->size());
+  const int64_t per_epoch = total_steps(epoch, pipeline, train_->size());
+  STRATA_CHECK(test_ == nullptr ||
+               ((config_.eval_every == 0 || config_.eval_every >= total) && total <= per_epoch))
+      << what << " evaluates at the end of the run only: one epoch at most and no --eval-every "
+      << "below --steps (" << total << " steps, " << per_epoch << " per epoch)";
+}
+
+bool Trainer::migrates_live() const {
+  return !pipeline_.migrations.empty() && pipeline_.schedule == ScheduleKind::kAsync1F1B &&
+         pipeline_.migration == MigrationMode::kLive;
+}
+
+std::unique_ptr<graph::ParamStore> Trainer::make_store(size_t begin, size_t end) {
+  auto store = std::make_unique<graph::ParamStore>(*model_, begin, end, ctx_.allocator(),
+                                                   DType::kF32, config_.compute_dtype);
+  store->initialize(config_.seed);
+  if (!config_.init_weights.empty()) {
+    const models::WeightsReadReport report =
+        models::load_weights(config_.init_weights, *model_, *store);
+    STRATA_LOG(DEBUG) << "stage " << stage_ << ": " << report.tensors_loaded << " tensors from "
+                      << config_.init_weights << " (" << models::weight_naming_name(report.naming)
+                      << " names)";
+  }
+  return store;
+}
+
+std::pair<size_t, size_t> Trainer::store_range() const {
+  if (!migrates_live()) return pipeline_.partition[stage_];
+  LiveMigrationConfig live;
+  live.initial = partition_of(pipeline_.partition);
+  live.next = partition_of(pipeline_.migrations.front().partition);
+  const LayerRange core = LiveStage::core_range(live, stage_);
+  return {core.begin, core.end};
+}
+
+std::unique_ptr<LiveMigrationConfig> Trainer::live_migration_config() {
+  if (!migrates_live()) return nullptr;
+  const Migration& m = pipeline_.migrations.front();
+  auto live = std::make_unique<LiveMigrationConfig>();
+  live->initial = partition_of(pipeline_.partition);
+  live->next = partition_of(m.partition);
+  // The first micro-batch of step m.step runs the moved layers' backward on their new stages.
+  live->first_backward = m.step * pipeline_.micro_batches;
+  live->comm = migrate_.get();
+  live->transfer.chunk_bytes = pipeline_.migration_chunk_bytes;
+  live->transfer.window_bytes = pipeline_.migration_window_bytes;
+  live->what = "migration at step " + std::to_string(m.step);
+  live->make_store = [this](size_t begin, size_t end) { return make_store(begin, end); };
+  return live;
+}
+
+MigrationRecord Trainer::settle_live_migration(std::unique_ptr<Executor>& executor) {
+  const Migration m = pipeline_.migrations.front();
+  const Partition initial = partition_of(pipeline_.partition);
+  const std::pair<size_t, size_t> range = m.partition[stage_];
+  // The final layout's store from the core's and the moved layers' (by parameter name).
+  auto store = std::make_unique<graph::ParamStore>(
+      *model_, range.first, range.second, ctx_.allocator(), DType::kF32, config_.compute_dtype);
+  store->ensure_state(slots_.size());
+  std::vector<const graph::ParamStore*> from{store_.get()};
+  for (const graph::ParamStore* s : executor->live()->stores()) from.push_back(s);
+  std::map<std::string, std::pair<const graph::ParamStore*, size_t>> params, buffers;
+  for (const graph::ParamStore* s : from) {
+    for (size_t i = 0; i < s->param_entries().size(); ++i) {
+      params[s->param_entries()[i].full_name()] = {s, i};
+    }
+    for (size_t i = 0; i < s->buffer_entries().size(); ++i) {
+      buffers[s->buffer_entries()[i].full_name()] = {s, i};
+    }
+  }
+  for (size_t i = 0; i < store->param_entries().size(); ++i) {
+    const std::string name = store->param_entries()[i].full_name();
+    const auto it = params.find(name);
+    STRATA_CHECK(it != params.end()) << "live migration: stage " << stage_ << " ends without "
+                                     << name << " (the hand-off did not bring it)";
+    const auto& [s, j] = it->second;
+    store->param(i).copy_from(s->param(j));
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      store->state_view(k, i).copy_from(s->state_view(k, j));
+    }
+  }
+  for (size_t i = 0; i < store->buffer_entries().size(); ++i) {
+    const std::string name = store->buffer_entries()[i].full_name();
+    const auto it = buffers.find(name);
+    STRATA_CHECK(it != buffers.end())
+        << "live migration: stage " << stage_ << " ends without " << name;
+    store->buffer(i).copy_from(it->second.first->buffer(it->second.second));
+  }
+  const LiveStageStats stats = executor->live()->stats();
+  executor.reset();  // it holds the stores that go now
+  store_ = std::move(store);
+  pipeline_.partition = m.partition;
+  pipeline_.migrations.clear();  // done: the executors from here on are of the final layout
+  std::vector<std::string> names;
+  for (size_t i = 0; i < model_->size(); ++i) names.push_back(model_->layer(i).name());
+  MigrationRecord record;
+  record.step = m.step;
+  record.mode = MigrationMode::kLive;
+  record.moves = describe_moves(layer_moves(initial, partition_of(m.partition)), names);
+  record.partition = partition_string(partition_of(m.partition), names);
+  // Bytes summed over the ranks; seconds: the targets' time blocked on the hand-off, summed (the
+  // pipeline's only wait for the migration).
+  std::vector<double> totals{static_cast<double>(stats.bytes_sent + stats.bytes_received),
+                             stats.handoff_wait_seconds};
+  if (world_ != nullptr && world_->size() > 1) {
+    Tensor t = Tensor::from_vector(totals, {2});
+    world_->all_reduce(t)->wait(world_->timeout(), "migration bytes");
+    totals = t.to_vector<double>();
+  }
+  record.bytes = totals[0];
+  record.seconds = totals[1];
+  if (rank_ == 0) {
+    STRATA_LOG(INFO) << "step " << m.step << ": layers moved live (" << record.moves << "), now "
+                     << record.partition << "; " << static_cast<int64_t>(record.bytes) << " bytes, "
+                     << record.seconds << " s waited for hand-offs";
+  }
+  return record;
+}
+
+}  // namespace strata::parallel

@@ -1,0 +1,306 @@
+// A live migration inside async-1f1b's executor (parallel/runtime/live_stage.h) against an
+// independent one-process oracle of the weight versions vPIPE's Eq. 4 prescribes; shared by the
+// local-thread test (test_live_stage.cpp) and the MPI one (test_live_stage_mpi.cpp).
+//
+// The oracle knows nothing of the executor, the stores or the protocol: one store of the whole
+// model and every version of it (W[u]: after u updates). Micro-batch j runs forward with each
+// layer l on W[v(l, j)][l], v(l, j) = Eq. 4 for the stage that runs l's forward of j (from
+// StageLayout), takes its loss, runs backward on the same weights, and W[j + 1] = SGD with
+// momentum (W[j], its gradient). The pipeline runs the same ops on the same operands in the same
+// order, so losses and weights must agree bit for bit.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/layers.h"
+#include "graph/model.h"
+#include "graph/optimizer.h"
+#include "graph/param_store.h"
+#include "ops/cross_entropy.h"
+#include "ops/optimizer.h"
+#include "parallel/runtime/executor.h"
+#include "parallel/runtime/live_protocol.h"
+#include "parallel/runtime/live_stage.h"
+#include "parallel/runtime/stage_layout.h"
+#include "parallel/schedule/schedule.h"
+#include "testing/testing.h"
+
+namespace strata::parallel::live_stage_checks {
+
+constexpr uint64_t kSeed = 5;
+constexpr double kLr = 0.05;
+constexpr double kMomentum = 0.9;
+
+// fc0 relu0 fc1 relu1 fc2 relu2 fc3 relu3 fc4: nine layers.
+inline std::unique_ptr<graph::Model> make_model() {
+  auto model = std::make_unique<graph::Model>("live", Shape{6});
+  for (int i = 0; i < 4; ++i) {
+    const std::string n = std::to_string(i);
+    model->add(std::make_unique<graph::LinearLayer>("fc" + n, i == 0 ? 6 : 8, 8, true));
+    model->add(std::make_unique<graph::ReluLayer>("relu" + n));
+  }
+  model->add(std::make_unique<graph::LinearLayer>("fc4", 8, 3, true));
+  return model;
+}
+
+class Source final : public MicroBatchSource {
+ public:
+  Info info(int64_t mb) override { return {mb, 0, 4, 4.0}; }
+  TensorList input(int64_t mb) override {
+    return {strata::testing::random_tensor({4, 6}, 300 + static_cast<uint64_t>(mb), -1, 1,
+                                           DType::kF32)};
+  }
+  Tensor target(int64_t mb) override {
+    return strata::testing::random_ids({4}, 3, 400 + static_cast<uint64_t>(mb));
+  }
+};
+
+struct Case {
+  std::string name;
+  Partition initial, next;
+  int64_t first_backward = 0;  // K
+  int64_t micro_batches = 0;   // N
+  int stages() const { return static_cast<int>(initial.size()); }
+};
+
+inline graph::OptimizerConfig sgd() {
+  graph::OptimizerConfig c;
+  c.kind = graph::OptimizerKind::kSgd;
+  c.momentum = kMomentum;
+  c.schedule.base_lr = kLr;
+  return c;
+}
+
+using Weights = std::map<std::string, std::vector<float>>;
+
+inline void add_weights(const graph::ParamStore& store, Weights* out) {
+  const auto& entries = store.param_entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    (*out)[entries[i].full_name()] = store.param(i).to_vector<float>();
+  }
+}
+
+// Eq. 4 per layer and micro-batch: the version of the stage that runs the forward (`migrate`:
+// with the case's migration; otherwise the initial partition throughout).
+inline int64_t version_of(const StageLayout& layout, size_t layer, int64_t j) {
+  for (int s = 0; s < layout.stages(); ++s) {
+    const LayerRange r = layout.forward_range(s, j);
+    if (layer >= r.begin && layer < r.end) return async_forward_version(layout.stages(), s, j);
+  }
+  ADD_FAILURE() << "layer " << layer << " is on no stage for micro-batch " << j;
+  return 0;
+}
+
+struct OracleResult {
+  Weights weights;
+  Weights buffers;             // running statistics, by "layer.buffer"
+  std::vector<double> losses;  // per micro-batch
+  double loss = 0.0;           // their sum, in order
+};
+
+// The oracle over `model` (its store initialized with `seed`), micro-batches [0, n) of `source`
+// under `layout`'s stages; forwards with ForwardOptions::seed = `forward_seed`.
+inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout& layout,
+                           MicroBatchSource& source, int64_t n, uint64_t forward_seed = 0,
+                           double lr = kLr, double momentum_factor = kMomentum) {
+  ExecContext ctx(Device::cpu(), nullptr, 1);
+  graph::ParamStore store(model, 0, model.size(), ctx.allocator());
+  store.initialize(seed);
+  const auto& entries = store.param_entries();
+  std::vector<std::vector<Tensor>> w(1);  // w[u][entry]
+  std::vector<Tensor> momentum;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    w[0].push_back(store.param(i).clone());
+    momentum.push_back(Tensor::zeros(store.param(i).shape(), DType::kF32));
+  }
+  ops::SgdOptions o;
+  o.lr = lr;
+  o.momentum = momentum_factor;
+  OracleResult out;
+  for (int64_t j = 0; j < n; ++j) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const int64_t v = version_of(layout, entries[i].layer_index, j);
+      store.param(i).copy_from(w[static_cast<size_t>(v)][i]);
+    }
+    const MicroBatchSource::Info info = source.info(j);
+    graph::ForwardOptions options;
+    options.seed = forward_seed;
+    options.step = info.step;
+    options.sample_offset = info.sample_offset;
+    Tape tape;
+    const TensorList x = model.forward(ctx, 0, model.size(), source.input(j), tape, options);
+    ops::CrossEntropyOptions loss;
+    loss.normalizer = info.loss_normalizer;
+    const Tensor target = source.target(j);
+    const Tensor logits = x[0].reshape({-1, x[0].size(-1)});
+    const Tensor flat_target = target.reshape({-1});
+    out.losses.push_back(
+        ops::cross_entropy_forward(ctx, logits, flat_target, loss).to(DType::kF64).item<double>());
+    out.loss += out.losses.back();
+    store.zero_grads();
+    const Tensor dlogits =
+        ops::cross_entropy_backward(ctx, logits, flat_target, loss, 1.0).view(x[0].shape());
+    model.backward(ctx, 0, model.size(), {dlogits}, tape);
+    std::vector<Tensor> next;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      store.param(i).copy_from(w[static_cast<size_t>(j)][i]);
+      ops::sgd_step(ctx, store.param(i), store.grad(i), momentum[i], o, j + 1);
+      next.push_back(store.param(i).clone());
+    }
+    w.push_back(std::move(next));
+  }
+  add_weights(store, &out.weights);
+  for (size_t i = 0; i < store.buffer_entries().size(); ++i) {
+    out.buffers[store.buffer_entries()[i].full_name()] = store.buffer(i).to_vector<float>();
+  }
+  return out;
+}
+
+inline OracleResult oracle(const Case& c, bool migrate) {
+  auto model = make_model();
+  StageLayout layout(c.initial);
+  if (migrate) layout.add_live_migration(c.next, c.first_backward);
+  Source source;
+  return replay(*model, kSeed, layout, source, c.micro_batches);
+}
+
+struct RankResult {
+  Weights weights;  // the stage's core and the moved layers it holds at the end
+  double loss = 0.0;
+  LiveStageStats stats;
+};
+
+// One rank of `comm` (rank = stage) runs async-1f1b over the case's micro-batches with the live
+// migration inside; small chunks and window so that the transfer cuts and paces the items.
+inline RankResult run_rank(Communicator& comm, const Case& c) {
+  const int s = comm.rank();
+  const int S = c.stages();
+  auto model = make_model();
+  ExecContext ctx(Device::cpu(), nullptr, 1);
+  std::unique_ptr<Communicator> migrate = comm.split(0, s);
+  LiveMigrationConfig live;
+  live.initial = c.initial;
+  live.next = c.next;
+  live.first_backward = c.first_backward;
+  live.comm = migrate.get();
+  live.transfer.chunk_bytes = 64;
+  live.transfer.window_bytes = 256;
+  live.what = "test migration (" + c.name + ")";
+  live.make_store = [&](size_t b, size_t e) {
+    auto store = std::make_unique<graph::ParamStore>(*model, b, e, ctx.allocator());
+    store->initialize(kSeed);
+    return store;
+  };
+  const LayerRange core = LiveStage::core_range(live, s);
+  graph::ParamStore store(*model, core.begin, core.end, ctx.allocator());
+  store.initialize(kSeed);
+  store.ensure_state(1);
+  ExecutorConfig config;
+  config.kind = ScheduleKind::kAsync1F1B;
+  config.optimizer = sgd();
+  config.live = &live;
+  StageComms comms;
+  comms.pipe = &comm;
+  RankResult out;
+  {
+    Executor executor(ctx, *model, store, {s, S, c.initial[s].begin, c.initial[s].end}, comms,
+                      config);
+    const Schedule schedule = make_schedule(ScheduleKind::kAsync1F1B, S, c.micro_batches);
+    Source source;
+    out.loss = executor.run(schedule.programs[s], source).loss;
+    executor.finish();
+    EXPECT_EQ(executor.optimizer_steps(), c.micro_batches) << c.name << ", stage " << s;
+    add_weights(store, &out.weights);
+    for (const graph::ParamStore* moved : executor.live()->stores()) {
+      add_weights(*moved, &out.weights);
+    }
+    out.stats = executor.live()->stats();
+  }
+  return out;
+}
+
+// Checks one rank's result against the oracle: its weights (bit for bit), the last stage's loss,
+// and what moved to and from it.
+inline void check_rank(const Case& c, int s, const RankResult& r, const OracleResult& expected) {
+  const int S = c.stages();
+  // The stage ends with the layers of the new partition, each bit for bit the oracle's.
+  std::vector<std::string> names;
+  Weights want;
+  auto model = make_model();
+  for (const auto& [name, v] : expected.weights) {
+    const std::optional<size_t> layer = model->find_param_layer(name);
+    ASSERT_TRUE(layer.has_value()) << name;
+    if (*layer >= c.next[s].begin && *layer < c.next[s].end) want[name] = v;
+  }
+  EXPECT_EQ(r.weights.size(), want.size()) << c.name << ", stage " << s;
+  for (const auto& [name, v] : want) {
+    const auto it = r.weights.find(name);
+    ASSERT_NE(it, r.weights.end()) << c.name << ", stage " << s << " lacks " << name;
+    EXPECT_EQ(it->second, v) << c.name << ", stage " << s << ": " << name
+                             << " differs from the oracle";
+  }
+  if (s == S - 1) {
+    EXPECT_EQ(r.loss, expected.loss) << c.name << ": the losses";
+  }
+  // Exactly S - src - 1 micro-batches' inputs move per boundary; each replayed backward once.
+  StageLayout layout(c.initial);
+  layout.add_live_migration(c.next, c.first_backward);
+  int64_t sent = 0, received = 0, handoffs_out = 0, handoffs_in = 0;
+  for (const BoundaryMove& m : layout.migrations().front()) {
+    if (m.src == s) sent += S - m.src - 1, ++handoffs_out;
+    if (m.tgt == s) received += S - m.src - 1, ++handoffs_in;
+  }
+  EXPECT_EQ(r.stats.inputs_sent, sent) << c.name << ", stage " << s;
+  EXPECT_EQ(r.stats.inputs_received, received) << c.name << ", stage " << s;
+  EXPECT_EQ(r.stats.replayed_backwards, received) << c.name << ", stage " << s;
+  EXPECT_EQ(r.stats.handoffs_sent, handoffs_out) << c.name << ", stage " << s;
+  EXPECT_EQ(r.stats.handoffs_received, handoffs_in) << c.name << ", stage " << s;
+  // The source gives back its stores of the moved layers: at least parameters, gradients and
+  // momentum of each.
+  if (handoffs_out > 0) {
+    size_t moved_params = 0;
+    for (const BoundaryMove& m : layout.migrations().front()) {
+      if (m.src != s) continue;
+      for (size_t l = m.begin; l < m.end; ++l) {
+        for (const graph::ParamSpec& spec : model->layer(l).param_specs()) {
+          moved_params += static_cast<size_t>(shape_numel(spec.shape));
+        }
+      }
+    }
+    EXPECT_GE(r.stats.freed_bytes, 3 * moved_params * sizeof(float))
+        << c.name << ", stage " << s << " did not free its moved layers";
+  }
+}
+
+// Both directions, S = 2 and 4 (moves from every kind of stage, and two boundaries at once).
+inline std::vector<Case> cases(int S) {
+  if (S == 2) {
+    return {
+        {"S=2 down: relu1 fc2 0->1", {{0, 5}, {5, 9}}, {{0, 3}, {3, 9}}, 3, 10},
+        {"S=2 up: relu2 fc3 1->0", {{0, 5}, {5, 9}}, {{0, 7}, {7, 9}}, 4, 10},
+    };
+  }
+  return {
+      {"S=4 down: fc2 1->2",
+       {{0, 2}, {2, 5}, {5, 7}, {7, 9}},
+       {{0, 2}, {2, 4}, {4, 7}, {7, 9}},
+       3,
+       14},
+      {"S=4 up: fc2 2->1",
+       {{0, 2}, {2, 4}, {4, 6}, {6, 9}},
+       {{0, 2}, {2, 5}, {5, 6}, {6, 9}},
+       4,
+       14},
+      {"S=4 both: fc1 1->0 and relu2 2->3",
+       {{0, 2}, {2, 4}, {4, 6}, {6, 9}},
+       {{0, 3}, {3, 4}, {4, 5}, {5, 9}},
+       5,
+       16},
+  };
+}
+
+}  // namespace strata::parallel::live_stage_checks
