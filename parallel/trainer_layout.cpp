@@ -84,11 +84,11 @@ std::vector<Program> Trainer::async_programs(int64_t total) const {
     for (Instruction& in : program) {
       if (in.micro_batch >= 0) in.micro_batch += first;
     }
-    // A plan made again after a move (replan_memory) is not known yet: the prefetches go in
-    // anyway (a SwapIn on a stage that swaps nothing does nothing).
-    if (pipeline_.replan_memory ||
-        pipeline_.memory_plan.uses(MemoryPolicy::kSwap, partition[stage_].first,
-                                   partition[stage_].second)) {
+    // The plan made again after a move (replan_memory) is not known yet: after a move the
+    // prefetches go in anyway (a SwapIn on a stage that swaps nothing does nothing).
+    const bool replanned = pipeline_.replan_memory && partition != pipeline_.partition;
+    if (replanned || pipeline_.memory_plan.uses(MemoryPolicy::kSwap, partition[stage_].first,
+                                                partition[stage_].second)) {
       add_prefetches(&program, pipeline_.swap_lead);
     }
     for (Program& p : segments(program, updates_per_step(pipeline_.schedule, M))) {
