@@ -174,9 +174,10 @@ TEST(MemoryReplanCli, RepartitionMovesLayersOffASlowedRankWithinTheLimit) {
   EXPECT_TRUE(moved.weights == plain.weights) << "the final weights differ";
 }
 
-// GPT-2 tiny, embed-blocks.0 | blocks.1-head under 3.2 MB, the second stage slowed 20x: the only
-// move to stage 0 (embed-blocks.1 | head) cannot fit however stage 0 plans (3.66 MiB), so the
-// loop drops it, says why in its record, and nothing moves.
+// GPT-2 tiny, embed-blocks.0 | blocks.1-head under 3.2 MB, the head grown 60x from step 2 (so
+// that stage 1 is the slowest by far, whatever the machine's load): the only move to stage 0
+// (embed-blocks.1 | head) cannot fit however stage 0 plans (3.66 MiB), so the loop drops it,
+// says why in its record, and nothing moves.
 TEST(MemoryReplanCli, RepartitionDropsAMoveNoPlanFits) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_memory_replan_cli_held");
   std::string args = std::string(kGpt2) + " --local --mem-limit 3200000";
@@ -186,7 +187,7 @@ TEST(MemoryReplanCli, RepartitionDropsAMoveNoPlanFits) {
   ASSERT_EQ(plain.status, 0) << plain.output;
   const TrainRun held = train_run(dir, "held",
                                   args +
-                                      " --inject \"rank=1,from=2,kind=slow,factor=20\" "
+                                      " --inject \"kind=grow,layers=head,from=2,factor=60\" "
                                       "--repartition vpipe --repartition-every 4 "
                                       "--memory-policy auto");
   ASSERT_EQ(held.status, 0) << held.output;
