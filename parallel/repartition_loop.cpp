@@ -37,7 +37,9 @@ int64_t RepartitionConfig::resolve_every(const RepartitionConfig& config, int64_
   return config.policy == "pipedream-re" ? steps_per_epoch : 20;
 }
 
-void RepartitionLoop::describe(const graph::Model& model, int world, double samples_per_step) {
+void RepartitionLoop::describe(const graph::Model& model, int world, double samples_per_step,
+                               MemoryPlanner memory) {
+  if (rank_ == 0) memory_ = std::move(memory);
   layer_params_.assign(names_.size(), 0.0);
   for (size_t l = 0; l < names_.size() && l < model.size(); ++l) {
     for (const graph::ParamSpec& p : model.layer(l).param_specs()) {
@@ -141,6 +143,7 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
     in.layer_param_bytes = layer_params_;
     in.samples_per_step = samples_per_step_;
     if (monitor_) in.stage_counters = stage_counters();
+    in.memory = memory_;
     RepartitionRecord r;
     r.step = step + 1;
     r.policy = policy_->name();
@@ -155,6 +158,10 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
     } else {
       r.decision = policy_->propose(in);
       check_measured(in, current, &r);
+      check_memory(&r.decision);
+      for (DroppedPartition& p : r.decision.infeasible) {
+        p.name = partition_string(p.partition, names_);
+      }
     }
     r.proposed = partition_string(r.decision.partition, names_);
     if (r.decision.apply) r.apply_step = step + 2;
@@ -208,6 +215,24 @@ void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition
   last_move_ = Move{current, proposed, measured};
 }
 
+void RepartitionLoop::check_memory(RepartitionDecision* d) const {
+  if (!memory_ || !d->apply) return;
+  const PartitionMemory memory = memory_(d->partition);
+  if (!memory.feasible) {
+    // A policy that does not plan memory itself proposed a partition that cannot fit.
+    d->apply = false;
+    d->infeasible.push_back({d->partition, memory.refusal, ""});
+    d->reason += "; but " + partition_string(d->partition, names_) +
+                 " does not fit --mem-limit: " + memory.refusal + ": kept";
+    return;
+  }
+  for (size_t s = 0; s < d->partition.size(); ++s) {
+    d->memory_plan +=
+        (s ? "; stage " : "stage ") + std::to_string(s) + ": " +
+        describe_memory_plan(memory.plan, d->partition[s].begin, d->partition[s].end, names_);
+  }
+}
+
 std::optional<RepartitionRecord> RepartitionLoop::exchange(
     int64_t step, const StageMemoryStats& memory, double busy_seconds, const Ranges& current,
     std::vector<double>* metrics, const std::function<void(std::vector<double>*)>& sum) {
@@ -253,8 +278,10 @@ void RepartitionLoop::check(const RepartitionConfig& config, bool synchronous, b
       << "--repartition with async-1f1b: --migration live is not available for the asynchronous "
          "schedule yet; use --migration restart (the pipeline drains every "
       << config.every << " steps, where a move may go)";
-  STRATA_CHECK(!swaps)
-      << "--repartition with swapped layers (--memory-policy / --memory-plan): not supported";
+  STRATA_CHECK(synchronous || !swaps)
+      << "--repartition with async-1f1b and swapped layers (--memory-policy / --memory-plan): "
+         "not supported (the swap prefetches are laid out for the asynchronous run before a "
+         "move is decided); use a synchronous schedule (1f1b, gpipe) or keep/recompute";
 }
 
 std::optional<RepartitionLoop::Ranges> RepartitionLoop::due(int64_t step) const {

@@ -16,6 +16,11 @@
 // migrating): the window starts again after each move. A move whose layout measures slower (the
 // slowest stage's busy time per step) than the one it left is undone at the next decision, and
 // that partition is not applied again.
+// Memory (--memory-policy auto, parallel/memory_replan.h): rank 0 gives the policy the memory
+// planner, so that vpipe scores its candidates with their own swap/recompute plans (Algorithm 1's
+// alternation: parallel/vpipe/repartition.h); any policy's proposal whose smallest plan does not
+// fit --mem-limit is not applied, and the record says why. The layers' plan is made again for the
+// partition they move to (parallel/trainer_layout.cpp).
 #pragma once
 
 #include <cstdint>
@@ -67,7 +72,9 @@ class RepartitionLoop {
   bool active() const { return policy_ != nullptr; }
   // What DynPipe's policies read besides the times: the model's layers (parameter bytes), the
   // world's size (the monitor's slots) and the samples of a step per group.
-  void describe(const graph::Model& model, int world, double samples_per_step);
+  // `memory`: the memory planner (--memory-policy auto; rank 0's is used), or empty.
+  void describe(const graph::Model& model, int world, double samples_per_step,
+                MemoryPlanner memory = {});
   // The monitor's samples that reached this rank with the last exchange (rank 0 reports them).
   const std::vector<dynpipe::MonitorSample>& fresh_samples() const { return fresh_; }
 
@@ -90,7 +97,8 @@ class RepartitionLoop {
   // The partition to move to before step `step` (from 0), if the loop decided one.
   std::optional<Ranges> due(int64_t step) const;
   // Refuses what the loop does not support (errors name --repartition): async-1f1b without
-  // --migration restart, swapped layers.
+  // --migration restart, and with swapped layers (their prefetches are laid out for the whole
+  // asynchronous run before a move is decided).
   static void check(const RepartitionConfig& config, bool synchronous, bool restart, bool swaps);
   // The layers moved (the executor is new: its layer times count from zero).
   void migrated();
@@ -109,6 +117,9 @@ class RepartitionLoop {
   // busy time after the policy's last move is above the one before it, the layers move back and
   // that partition is never proposed again.
   void check_measured(const RepartitionInput& in, const Partition& current, RepartitionRecord* r);
+  // With a memory planner: a decision to move to a partition no plan fits is not applied; an
+  // applied one carries its stages' plans.
+  void check_memory(RepartitionDecision* d) const;
   struct Move {
     Partition from;
     std::string to;
@@ -131,6 +142,7 @@ class RepartitionLoop {
   std::vector<dynpipe::MonitorSample> fresh_;
   std::vector<double> layer_params_;  // bytes, per model layer
   double samples_per_step_ = 1.0;
+  MemoryPlanner memory_;                        // rank 0: --memory-policy auto's planner
   std::optional<RepartitionDecision> pending_;  // rank 0: decided, not yet told to the others
   int64_t pending_step_ = -1;                   // the step whose metrics carry it
   std::optional<Ranges> due_partition_;

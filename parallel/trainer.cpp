@@ -378,7 +378,7 @@ TrainSummary Trainer::run() {
   injector.set_layer_names(layer_names);
   RepartitionLoop repartition(pipeline_.repartition, layer_names, rank_, stage_, S, G, total);
   repartition.describe(*model_, world_ != nullptr ? world_->size() : 1,
-                       static_cast<double>(config_.batch_size / G));
+                       static_cast<double>(config_.batch_size / G), pipeline_.memory_planner);
   ExecutorConfig ec;
   ec.kind = pipeline_.schedule;
   ec.seed = config_.seed;
@@ -404,7 +404,6 @@ TrainSummary Trainer::run() {
   ec.first_step = start_step_ - resumed_pending_;
   ec.grad_sync = pipeline_.grad_sync;
   ec.grad_sync_observer = pipeline_.grad_sync_observer;
-  ec.memory_plan = pipeline_.memory_plan;
   ec.prefetch_layers = pipeline_.prefetch_layers;
   // The stage's executor, made again after every re-layout (--migrate-at) with the optimizer's
   // step count carried over.
@@ -418,6 +417,7 @@ TrainSummary Trainer::run() {
     links_.attach(&comms);
     ExecutorConfig e = ec;
     e.first_step = first_step;
+    e.memory_plan = pipeline_.memory_plan;  // made again for each partition (replan_memory)
     const auto [first_layer, end_layer] = pipeline_.partition[stage_];
     if ((pipeline_.weight_cache ||
          pipeline_.memory_plan.uses(MemoryPolicy::kSwap, first_layer, end_layer)) &&

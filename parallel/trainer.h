@@ -29,6 +29,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/grouped_dp.h"
 #include "parallel/loss_scale.h"
+#include "parallel/memory_replan.h"
 #include "parallel/repartition_loop.h"
 #include "parallel/runtime/executor.h"
 #include "parallel/runtime/injector.h"
@@ -121,6 +122,12 @@ struct PipelineConfig {
   // What each layer's saved tensors do between its forward and backward: keep, swap to a host
   // pool, or recompute (parallel/runtime/memory_plan.h); one entry per model layer, empty: keep.
   MemoryPlan memory_plan;
+  // --memory-policy auto: the plan is made again for every partition the stages move to (a
+  // --migrate-at move, one the repartition loop decides), on world rank 0 by `memory_planner`
+  // (only rank 0's is called: parallel/memory_replan.h), and shared with every rank before the
+  // layers move. Set on every rank alike; the planner is needed on rank 0 only.
+  bool replan_memory = false;
+  MemoryPlanner memory_planner;
   size_t swap_pool_bytes = size_t{8} << 30;  // the host pool of each rank that swaps
   bool weight_cache = false;          // --weight-cache on: stashed weight versions in the host pool
   int swap_lead = 1;                  // SwapIn(mb) this many forwards/backwards before Backward(mb)
@@ -230,6 +237,8 @@ struct MigrationRecord {
   MigrationMode mode = MigrationMode::kLive;
   double bytes = 0.0;    // sent + received, summed over the ranks
   double seconds = 0.0;  // the slowest rank's
+  // PipelineConfig::replan_memory: the memory plan made for the new partition, per stage.
+  std::vector<StageMemoryPlanRecord> memory_plan;
 };
 
 class TrainObserver {

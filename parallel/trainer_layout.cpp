@@ -63,8 +63,8 @@ std::vector<Program> Trainer::async_programs(int64_t total) const {
   for (const Migration& m : pipeline_.migrations) {
     if (m.step > 0 && m.step < total && !migrates_live()) cuts.push_back(m.step);
   }
-  // --repartition: wherever a decided move may go (the partition only changes swap prefetches,
-  // refused with the repartition loop).
+  // --repartition: wherever a decided move may go (the partition only changes swap prefetches;
+  // the loop refuses swapped layers under the asynchronous schedules).
   for (int64_t step : RepartitionLoop::move_steps(pipeline_.repartition, S, total)) {
     cuts.push_back(step);
   }
@@ -84,8 +84,11 @@ std::vector<Program> Trainer::async_programs(int64_t total) const {
     for (Instruction& in : program) {
       if (in.micro_batch >= 0) in.micro_batch += first;
     }
-    if (pipeline_.memory_plan.uses(MemoryPolicy::kSwap, partition[stage_].first,
-                                   partition[stage_].second)) {
+    // The plan made again after a move (replan_memory) is not known yet: after a move the
+    // prefetches go in anyway (a SwapIn on a stage that swaps nothing does nothing).
+    const bool replanned = pipeline_.replan_memory && partition != pipeline_.partition;
+    if (replanned || pipeline_.memory_plan.uses(MemoryPolicy::kSwap, partition[stage_].first,
+                                                partition[stage_].second)) {
       add_prefetches(&program, pipeline_.swap_lead);
     }
     for (Program& p : segments(program, updates_per_step(pipeline_.schedule, M))) {
@@ -108,6 +111,15 @@ MigrationRecord Trainer::relayout(const Migration& migration, Trace* trace) {
   record.mode = pipeline_.migration;
   record.moves = describe_moves(layer_moves(from, to), names);
   record.partition = partition_string(to, names);
+  if (pipeline_.replan_memory) {
+    // --memory-policy auto: the new partition's plan, made on rank 0 before any layer moves.
+    const PartitionMemory memory =
+        share_memory_plan(world_, rank_, pipeline_.memory_planner, to, model_->size());
+    STRATA_CHECK(memory.feasible) << "moving the layers to " << record.partition << " before step "
+                                  << migration.step << ": " << memory.refusal;
+    pipeline_.memory_plan = memory.plan;
+    if (rank_ == 0) record.memory_plan = memory_plan_records(memory.plan, memory.stages, to, names);
+  }
   RelayoutStats stats;
   std::unique_ptr<graph::ParamStore> store =
       relayout_store(*model_, *store_, from, to, stage_, migrate_.get(), ctx_.allocator(), &stats);

@@ -18,6 +18,22 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+void write_memory_plan(io::JsonlWriter* metrics, int64_t step,
+                       const std::vector<parallel::StageMemoryPlanRecord>& stages) {
+  if (metrics == nullptr) return;
+  for (const parallel::StageMemoryPlanRecord& r : stages) {
+    metrics->write({{"type", "memory_plan"},
+                    {"step", step},
+                    {"stage", r.stage},
+                    {"plan", r.plan},
+                    {"predicted_peak_bytes", r.predicted_peak_bytes},
+                    {"predicted_forward_s", r.predicted_forward_s},
+                    {"predicted_backward_s", r.predicted_backward_s},
+                    {"predicted_recompute_s", r.predicted_recompute_s},
+                    {"predicted_exposed_swap_s", r.predicted_exposed_swap_s}});
+  }
+}
+
 ConsoleReporter::ConsoleReporter(std::FILE* out, io::JsonlWriter* metrics, int64_t epochs,
                                  bool live)
     : out_(out), metrics_(metrics), epochs_(epochs), live_(live) {}
@@ -130,6 +146,11 @@ void ConsoleReporter::on_migration(const parallel::MigrationRecord& r) {
   std::fprintf(out_, "migration | before step %lld | %s | %s | now %s | %.0f bytes | %.3fs\n",
                static_cast<long long>(r.step), parallel::migration_mode_name(r.mode),
                r.moves.c_str(), r.partition.c_str(), r.bytes, r.seconds);
+  for (const parallel::StageMemoryPlanRecord& m : r.memory_plan) {
+    std::fprintf(out_,
+                 "memory plan | before step %lld | stage %d: %s | predicted peak %.0f bytes\n",
+                 static_cast<long long>(r.step), m.stage, m.plan.c_str(), m.predicted_peak_bytes);
+  }
   std::fflush(out_);
   if (metrics_ != nullptr) {
     metrics_->write({{"type", "migration"},
@@ -139,6 +160,7 @@ void ConsoleReporter::on_migration(const parallel::MigrationRecord& r) {
                      {"partition", r.partition},
                      {"bytes", r.bytes},
                      {"seconds", r.seconds}});
+    write_memory_plan(metrics_, r.step, r.memory_plan);
   }
 }
 
@@ -150,6 +172,11 @@ void ConsoleReporter::on_repartition(const parallel::RepartitionRecord& r) {
                r.proposed.c_str(), d.apply ? "apply, " : "keep, ", d.reason.c_str());
   std::fflush(out_);
   if (metrics_ != nullptr) {
+    // Candidates no memory plan fits: "PARTITION: why".
+    std::vector<std::string> infeasible;
+    for (const parallel::DroppedPartition& p : d.infeasible) {
+      infeasible.push_back(p.name + ": " + p.why);
+    }
     metrics_->write({{"type", "repartition"},
                      {"step", r.step},
                      {"policy", r.policy},
@@ -163,7 +190,9 @@ void ConsoleReporter::on_repartition(const parallel::RepartitionRecord& r) {
                      {"predicted_gain", d.gain()},
                      {"layer_seconds", r.layer_seconds},
                      {"stage_busy_seconds", r.stage_busy_seconds},
-                     {"reason", d.reason}});
+                     {"reason", d.reason},
+                     {"memory_plan", d.memory_plan},
+                     {"infeasible", infeasible}});
   }
 }
 

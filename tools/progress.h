@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "io/metrics.h"
 #include "parallel/trainer.h"
@@ -19,6 +20,11 @@ nlohmann::json train_record(const parallel::StepRecord& r);
 nlohmann::json eval_record(const parallel::EvalRecord& r);
 
 std::string format_duration(double seconds);  // "1:23", "1:02:03"
+
+// {"type":"memory_plan","step":STEP,"stage":S,...} per stage (--memory-policy auto: the plan at
+// the start, step 0, and after each move, the step before which the layers moved).
+void write_memory_plan(io::JsonlWriter* metrics, int64_t step,
+                       const std::vector<parallel::StageMemoryPlanRecord>& stages);
 
 class ConsoleReporter final : public parallel::TrainObserver {
  public:

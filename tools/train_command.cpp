@@ -77,7 +77,7 @@ struct Setup {
   std::vector<std::string> layer_names;
   std::string memory_line;  // the memory plan, for the configuration table
   // --memory-policy auto (rank 0): vPIPE's plan and predicted peak per stage, for --metrics.
-  std::optional<parallel::PipelinePlan> auto_plan;
+  std::vector<parallel::StageMemoryPlanRecord> memory_records;
   std::string partition_note;  // --partitioner projection: what AMPA and its guard did
   int64_t num_params = 0;
   parallel::TrainConfig config;
@@ -95,31 +95,30 @@ std::vector<std::pair<size_t, size_t>> to_ranges(const parallel::Partition& part
 
 // The partition and the memory plan, decided once (see tools/train_layout.h); the line that
 // describes the memory plan goes into the configuration.
+// Under --memory-policy auto the layout stays for the run: its planner plans every partition the
+// layers move to, from the costs and bandwidth measured here (rank 0's: parallel/memory_replan.h).
 void decide_layout(const TrainOptions& o, Setup* setup) {
-  const std::unique_ptr<graph::Model> model = graph::build_model(setup->spec);
-  TrainLayout layout(o, setup->train, setup->pipeline, *model);
-  const parallel::Partition partition = layout.partition();
+  const std::shared_ptr<graph::Model> model = graph::build_model(setup->spec);
+  const auto layout = std::make_shared<TrainLayout>(o, setup->train, setup->pipeline, *model);
+  const parallel::Partition partition = layout->partition();
   setup->pipeline.partition = to_ranges(partition);
-  setup->partition_note = layout.partition_note();
-  setup->pipeline.memory_plan = layout.memory_plan(partition);
-  setup->memory_line = describe_memory(o, setup->pipeline, setup->layer_names, layout.auto_plan());
-  setup->auto_plan = layout.auto_plan();
-  if (layout.swap_bandwidth() > 0) {
+  setup->partition_note = layout->partition_note();
+  setup->pipeline.memory_plan = layout->memory_plan(partition);
+  layout->check_migrations(setup->pipeline.migrations);
+  if (setup->pipeline.replan_memory) {
+    setup->pipeline.memory_planner = [model, layout](const parallel::Partition& p) {
+      return layout->plan_partition(p);
+    };
+  }
+  setup->memory_line = describe_memory(o, setup->pipeline, setup->layer_names, layout->auto_plan());
+  if (layout->auto_plan()) {
+    setup->memory_records = parallel::memory_plan_records(
+        setup->pipeline.memory_plan, layout->auto_plan()->stages, partition, setup->layer_names);
+  }
+  if (layout->swap_bandwidth() > 0) {
     setup->memory_line += "; host-device copies measured at " +
-                          format_number(layout.swap_bandwidth() / 1e9) + " GB/s";
+                          format_number(layout->swap_bandwidth() / 1e9) + " GB/s";
   }
-}
-
-// "before step 10: embed-blocks.2,blocks.3-head (live)"
-std::string describe_migrations(const Setup& s, const TrainOptions& o) {
-  std::string text;
-  for (const parallel::Migration& m : s.pipeline.migrations) {
-    parallel::Partition p;
-    for (const auto& [b, e] : m.partition) p.push_back({b, e});
-    text += (text.empty() ? "" : "; ") + std::string("before step ") + std::to_string(m.step) +
-            ": " + parallel::partition_string(p, s.layer_names);
-  }
-  return text + " (" + o.migration + ")";
 }
 
 // `launcher`: how the ranks run and talk; `devices`: the device, or every rank's.
@@ -177,7 +176,9 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
        {"gradient sync", grad_sync},
        {"inject", o.inject.empty() ? "none" : o.inject},
        {"memory", s.memory_line},
-       {"migrations", p.migrations.empty() ? "none" : describe_migrations(s, o)},
+       {"migrations", p.migrations.empty()
+                          ? "none"
+                          : describe_migrations(p.migrations, s.layer_names, o.migration)},
        {"repartition", describe_repartition(o)},
        {"epochs", o.steps > 0 ? "-" : std::to_string(o.epochs)},
        {"steps", std::to_string(s.total_steps)},
@@ -238,17 +239,7 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   if (rank == 0) {
     metrics = for_flag("--metrics", [&] { return std::make_unique<io::JsonlWriter>(o.metrics); });
     // vPIPE's plan, so that its predictions can be set beside the stage records at the end.
-    for (size_t st = 0; setup.auto_plan && st < setup.auto_plan->stages.size(); ++st) {
-      const parallel::StagePlan& sp = setup.auto_plan->stages[st];
-      const auto [first, end] = setup.pipeline.partition[st];
-      metrics->write({{"type", "memory_plan"},
-                      {"stage", st},
-                      {"plan", parallel::describe_memory_plan(setup.pipeline.memory_plan, first,
-                                                              end, setup.layer_names)},
-                      {"predicted_peak_bytes", sp.memory.peak_bytes},
-                      {"predicted_forward_s", sp.time.forward_s},
-                      {"predicted_backward_s", sp.time.backward_s}});
-    }
+    write_memory_plan(metrics.get(), 0, setup.memory_records);
     const bool live = o.progress == "on" || (o.progress == "auto" && isatty(fileno(stdout)));
     reporter =
         std::make_unique<ConsoleReporter>(stdout, metrics.get(), o.steps > 0 ? 0 : o.epochs, live);
@@ -428,6 +419,7 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   parallel::parse_memory_plan(
       o.memory_plan, s.layer_names,
       parallel::MemoryPlan::uniform(s.layer_names.size(), parallel::MemoryPolicy::kKeep));
+  p.replan_memory = o.memory_policy == "auto";  // the plan follows the layers (decide_layout)
   p.swap_pool_bytes = parse_bytes(o.swap_pool);
   p.weight_cache = o.weight_cache == "on";
   // --migrate-at STEP:PARTITION, checked before training (ranges as --partition writes them).

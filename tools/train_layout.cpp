@@ -81,15 +81,7 @@ parallel::Partition TrainLayout::partition() {
   return parallel::balanced_partition(costs(), S, po).partition;
 }
 
-parallel::MemoryPlan TrainLayout::memory_plan(const parallel::Partition& partition) {
-  const size_t L = model_.size();
-  parallel::MemoryPlan base = parallel::MemoryPlan::uniform(L, parallel::MemoryPolicy::kKeep);
-  if (o_.memory_policy != "auto") {
-    base = parallel::MemoryPlan::uniform(
-        L, parallel::parse_memory_policy(o_.memory_policy, "--memory-policy"));
-    return parallel::parse_memory_plan(o_.memory_plan, names_, base);
-  }
-  const double limit = o_.mem_limit.empty() ? 0.0 : static_cast<double>(parse_bytes(o_.mem_limit));
+parallel::StageSetting TrainLayout::stage_setting() {
   parallel::StageSetting setting;
   setting.schedule = pipeline_.schedule;
   setting.micro_batches = pipeline_.micro_batches;
@@ -97,9 +89,9 @@ parallel::MemoryPlan TrainLayout::memory_plan(const parallel::Partition& partiti
   setting.mixed = o_.precision == "bf16" || o_.precision == "fp16";
   setting.prefetch_layers = pipeline_.prefetch_layers;
   setting.weight_cache = pipeline_.weight_cache;
-  // The host-device bandwidth of the swap engine, measured here (the CPU's emulated device: a
-  // memory copy; rank 0's device otherwise stands for every rank's).
-  {
+  // The host-device bandwidth of the swap engine, measured here once (the CPU's emulated device:
+  // a memory copy; rank 0's device otherwise stands for every rank's).
+  if (bandwidth_ <= 0.0) {
     CpuAllocator device_memory, pool;
     // --threads, as training will run: an ExecContext sets this thread's OpenMP thread count,
     // and products summed over another count round differently.
@@ -107,24 +99,70 @@ parallel::MemoryPlan TrainLayout::memory_plan(const parallel::Partition& partiti
     bandwidth_ = parallel::measure_copy_bandwidth(ctx, pool);
   }
   setting.bandwidth = bandwidth_;
+  return setting;
+}
+
+parallel::PartitionMemory TrainLayout::plan_partition(const parallel::Partition& partition) {
+  const size_t L = model_.size();
+  parallel::PartitionMemory out;
+  out.feasible = true;
+  out.layer_overhead.assign(L, 0.0);
+  if (o_.memory_policy != "auto") {
+    const parallel::MemoryPlan base = parallel::MemoryPlan::uniform(
+        L, parallel::parse_memory_policy(o_.memory_policy, "--memory-policy"));
+    out.plan = parallel::parse_memory_plan(o_.memory_plan, names_, base);
+    return out;
+  }
+  const double limit = o_.mem_limit.empty() ? 0.0 : static_cast<double>(parse_bytes(o_.mem_limit));
+  const parallel::StageSetting setting = stage_setting();
   const std::vector<parallel::LayerMemoryCost> layers =
       parallel::layer_memory_costs(costs(), micro_batch_rows(o_, pipeline_));
   parallel::PipelinePlan plan = parallel::plan_pipeline(layers, partition, setting, limit);
-  for (size_t s = 0; s < plan.stages.size(); ++s) {
+  for (size_t s = 0; s < plan.stages.size() && out.feasible; ++s) {
     const parallel::StagePlan& p = plan.stages[s];
     if (p.feasible) continue;
-    STRATA_THROW() << "--mem-limit " << o_.mem_limit << " is too small for stage " << s
-                   << " (layers " << names_[partition[s].begin] << ".."
-                   << names_[partition[s].end - 1]
-                   << "): its smallest plan (every layer swapped, or every layer recomputed) "
-                      "needs "
-                   << format_bytes(static_cast<size_t>(p.smallest_peak_bytes)) << " per rank ("
-                   << format_bytes(static_cast<size_t>(p.memory.constant_bytes))
-                   << " of it for parameters, gradients and optimizer state); raise --mem-limit, "
-                      "use more --stages or fewer --micro-batches, or a smaller --batch-size";
+    out.feasible = false;
+    out.refusal = "--mem-limit " + o_.mem_limit + " is too small for stage " + std::to_string(s) +
+                  " (layers " + names_[partition[s].begin] + ".." + names_[partition[s].end - 1] +
+                  "): its smallest plan (every layer swapped, or every layer recomputed) needs " +
+                  format_bytes(static_cast<size_t>(p.smallest_peak_bytes)) + " per rank (" +
+                  format_bytes(static_cast<size_t>(p.memory.constant_bytes)) +
+                  " of it for parameters, gradients and optimizer state)";
   }
-  auto_plan_ = plan;
-  return parallel::parse_memory_plan(o_.memory_plan, names_, plan.plan);
+  plan.plan = parallel::parse_memory_plan(o_.memory_plan, names_, plan.plan);
+  out.plan = plan.plan;
+  out.layer_overhead = parallel::layer_overheads(layers, plan, partition);
+  out.stages = std::move(plan.stages);
+  return out;
+}
+
+parallel::MemoryPlan TrainLayout::memory_plan(const parallel::Partition& partition) {
+  parallel::PartitionMemory memory = plan_partition(partition);
+  if (!memory.feasible) {
+    STRATA_THROW() << memory.refusal
+                   << "; raise --mem-limit, use more --stages or fewer --micro-batches, or a "
+                      "smaller --batch-size";
+  }
+  if (o_.memory_policy == "auto") {
+    parallel::PipelinePlan plan;
+    plan.plan = memory.plan;
+    plan.stages = std::move(memory.stages);
+    auto_plan_ = std::move(plan);
+  }
+  return memory.plan;
+}
+
+void TrainLayout::check_migrations(const std::vector<parallel::Migration>& migrations) {
+  if (o_.memory_policy != "auto") return;
+  for (const parallel::Migration& m : migrations) {
+    parallel::Partition to;
+    for (const auto& [b, e] : m.partition) to.push_back({b, e});
+    const parallel::PartitionMemory memory = plan_partition(to);
+    STRATA_CHECK(memory.feasible)
+        << "--migrate-at " << m.step << ":" << parallel::partition_string(to, names_)
+        << ": the layers cannot move there: " << memory.refusal
+        << " (--memory-policy auto plans the new partition before the move)";
+  }
 }
 
 std::string describe_memory(const TrainOptions& o, const parallel::PipelineConfig& p,
@@ -155,6 +193,18 @@ std::string describe_memory(const TrainOptions& o, const parallel::PipelineConfi
     text += "; swap pool " + o.swap_pool + " per rank";
   }
   return text;
+}
+
+std::string describe_migrations(const std::vector<parallel::Migration>& migrations,
+                                const std::vector<std::string>& names, const std::string& mode) {
+  std::string text;
+  for (const parallel::Migration& m : migrations) {
+    parallel::Partition p;
+    for (const auto& [b, e] : m.partition) p.push_back({b, e});
+    text += (text.empty() ? "" : "; ") + std::string("before step ") + std::to_string(m.step) +
+            ": " + parallel::partition_string(p, names);
+  }
+  return text + " (" + mode + ")";
 }
 
 }  // namespace strata::tools

@@ -12,6 +12,7 @@
 
 #include "graph/model.h"
 #include "io/dataset.h"
+#include "parallel/memory_replan.h"
 #include "parallel/partition/partition.h"
 #include "parallel/runtime/memory_plan.h"
 #include "parallel/trainer.h"
@@ -32,12 +33,21 @@ class TrainLayout {
   // every stage of `partition` under --mem-limit (an error naming the stage, the bytes its
   // smallest plan needs and the limit when no plan fits), then the overrides.
   parallel::MemoryPlan memory_plan(const parallel::Partition& partition);
+  // The plan of `partition` as memory_plan makes it, without throwing: infeasible with the
+  // refusal when a stage's smallest plan does not fit (--memory-policy auto; the other policies
+  // are feasible by construction). The costs and the bandwidth are measured at the first call
+  // and reused, so the same partition always gets the same plan (parallel/memory_replan.h).
+  parallel::PartitionMemory plan_partition(const parallel::Partition& partition);
+  // --migrate-at under --memory-policy auto: throws, naming the move, for a partition whose
+  // smallest plan does not fit --mem-limit (before training).
+  void check_migrations(const std::vector<parallel::Migration>& migrations);
   // The planner's per-stage result when --memory-policy auto ran (for the configuration).
   const std::optional<parallel::PipelinePlan>& auto_plan() const { return auto_plan_; }
   double swap_bandwidth() const { return bandwidth_; }
 
  private:
   const std::vector<parallel::LayerCost>& costs();
+  parallel::StageSetting stage_setting();
 
   const TrainOptions& o_;
   std::shared_ptr<const io::Dataset> train_;
@@ -64,5 +74,10 @@ std::vector<parallel::LayerCost> layer_costs_for(const TrainOptions& options,
 std::string describe_memory(const TrainOptions& options, const parallel::PipelineConfig& pipeline,
                             const std::vector<std::string>& layer_names,
                             const std::optional<parallel::PipelinePlan>& auto_plan);
+
+// --migrate-at's moves: "before step 10: embed-blocks.2,blocks.3-head (live)".
+std::string describe_migrations(const std::vector<parallel::Migration>& migrations,
+                                const std::vector<std::string>& layer_names,
+                                const std::string& mode);
 
 }  // namespace strata::tools

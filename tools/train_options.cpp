@@ -184,7 +184,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"off", "on"}));
   cmd->add_option("--migrate-at", o.migrate_at,
                   "Move layers between stages while training: STEP:PARTITION (before step STEP, "
-                  "the stages hold PARTITION, written as --partition is); may be repeated");
+                  "the stages hold PARTITION, written as --partition is); may be repeated. "
+                  "Under --memory-policy auto the plan is made again for PARTITION, which is "
+                  "refused before training when no plan of it fits --mem-limit");
   cmd->add_option("--migration", o.migration,
                   "How --migrate-at moves layers: live (the pipeline keeps running) or restart "
                   "(drain the pipeline, move, start again); synchronous schedules move at a step "
@@ -208,7 +210,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "slowdown); pipedream-re (PipeDream's partitioner on the measured layer costs, "
                   "every epoch by default). A plan is applied when its predicted slowest stage "
                   "(cycle time for the dynpipe policies) is faster by more than "
-                  "--repartition-threshold; async-1f1b and 2bw need --migration restart")
+                  "--repartition-threshold; async-1f1b and 2bw need --migration restart. Under "
+                  "--memory-policy auto (synchronous schedules) vpipe scores each candidate with "
+                  "its own swap/recompute plan and drops those no plan fits in --mem-limit, and "
+                  "every policy's move gets a new plan")
       ->check(CLI::IsMember({"off", "vpipe", "dynpipe", "dynpipe-no-rf", "pipedream-re"}));
   cmd->add_option("--repartition-every", o.repartition_every,
                   "--repartition: steps of statistics per decision (>= 2); a decided move goes "
@@ -515,6 +520,12 @@ void check_train_flags(const TrainOptions& o) {
         << "--repartition " << o.repartition << " with async-1f1b needs --migration restart "
         << "(the live protocol of the asynchronous schedule is not built): the pipeline drains "
         << "every --repartition-every steps, where a move may go";
+    STRATA_CHECK(o.memory_policy != "auto" ||
+                 parallel::is_synchronous(parallel::parse_schedule(o.schedule)))
+        << "--repartition " << o.repartition << " with " << o.schedule
+        << " and --memory-policy auto: not supported (a plan made after a move may swap, and the "
+        << "asynchronous run's swap prefetches are laid out before any move is decided); use a "
+        << "synchronous schedule (1f1b, gpipe), or --memory-policy keep or recompute";
     STRATA_CHECK(o.sync == "allreduce")
         << "--repartition " << o.repartition << " with --sync " << o.sync
         << ": moving layers while the replicas average their weights is not supported";

@@ -12,6 +12,19 @@
 // partition's, predicted the same way, by more than `threshold` (a fraction): checkBalanced.
 // Another policy (DynPipe's interference-aware planner) plugs in by implementing propose().
 //
+// With a memory planner (--memory-policy auto, parallel/memory_replan.h), the vpipe policy is
+// Algorithm 1's alternation: the measured layer times less the current plan's overhead (a
+// replayed forward counts in its layer's backward) are each layer's base time; with the layers'
+// swap/recompute policies held (sub-problem B), Algorithm 3 partitions the layers at their base
+// time plus their policy's overhead; each stage of the result, and of the partitions on the way
+// from the current one to it (each boundary moved part of the way), gets its own plan (sub-problem
+// A); a candidate whose smallest plan does not fit --mem-limit is dropped (and reported), the
+// others are scored by their slowest stage at base time plus their own plan's overhead
+// (recomputed forwards, swap traffic the window does not hide); the best becomes the current one
+// and the two steps alternate while the score improves (at most 10 rounds, as the paper reports
+// converging within 10). Only a plan that beats the current partition with its current plan by
+// `threshold` is applied.
+//
 // What the per-layer model cannot see: a layer's time belongs to the layer, not to the rank that
 // ran it, so a rank that is slow for every layer (a co-located job) makes its layers look heavy,
 // and a layer moved off it is predicted to stay as heavy. The loop measures again after the move
@@ -26,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/memory_replan.h"
 #include "parallel/partition/partition.h"
 
 namespace strata::parallel {
@@ -45,6 +59,15 @@ struct RepartitionInput {
   double samples_per_step = 1.0;
   std::vector<double> layer_output_bytes, layer_activation_bytes, layer_param_bytes;
   std::vector<std::map<std::string, double>> stage_counters;
+  // --memory-policy auto: the plan of a candidate partition (empty: the layers keep everything).
+  MemoryPlanner memory;
+};
+
+// A candidate partition whose smallest memory plan does not fit --mem-limit.
+struct DroppedPartition {
+  Partition partition;
+  std::string why;
+  std::string name;  // the partition as --partition writes it (the repartition loop fills it)
 };
 
 struct RepartitionDecision {
@@ -54,6 +77,10 @@ struct RepartitionDecision {
   double predicted_cost = 0.0;    // the proposal's slowest stage, predicted (s/step)
   double measured_slowest = 0.0;  // the slowest stage's measured busy time (s/step)
   std::string reason;             // why it is applied or not
+  // With a memory planner: candidates dropped because no plan fits, and the memory plan each
+  // stage of `partition` gets ("stage 0: keep conv1-bn2; stage 1: ...").
+  std::vector<DroppedPartition> infeasible;
+  std::string memory_plan;
   // The predicted gain: 1 - predicted / current (0 when nothing is proposed).
   double gain() const { return current_cost > 0 ? 1.0 - predicted_cost / current_cost : 0.0; }
 };
@@ -74,6 +101,10 @@ std::unique_ptr<RepartitionPolicy> make_vpipe_policy(double threshold);
 // outside [0, 1).
 std::unique_ptr<RepartitionPolicy> make_repartition_policy(const std::string& name,
                                                            double threshold);
+
+// The partitions on the way from `from` to `to`, `to` first: each boundary moved k / n of its way
+// (rounded; n the longest boundary move, k = n .. 1), those with an empty stage left out.
+std::vector<Partition> partitions_between(const Partition& from, const Partition& to);
 
 // The slowest stage of `partition` when every layer costs `layer_seconds` (the vpipe policy's
 // prediction).

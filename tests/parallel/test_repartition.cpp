@@ -198,7 +198,7 @@ TEST(RepartitionLoop, OffDoesNothingAndUnsupportedRunsAreRefused) {
   RepartitionConfig on;
   on.policy = "vpipe";
   EXPECT_THROW(RepartitionLoop::check(on, false, false, false), Error);
-  EXPECT_THROW(RepartitionLoop::check(on, true, false, true), Error);
+  EXPECT_THROW(RepartitionLoop::check(on, false, true, true), Error);  // async: no swap
   RepartitionLoop::check(on, false, true, false);
 }
 

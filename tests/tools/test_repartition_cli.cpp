@@ -144,6 +144,8 @@ TEST(RepartitionCli, RefusesBadFlagsBeforeTraining) {
            {"--repartition vpipe --repartition-every 1", {"--repartition-every", ">= 2"}},
            {"--repartition vpipe --repartition-threshold 1.5", {"--repartition-threshold"}},
            {"--repartition vpipe --migrate-at 2:0-2,3", {"--repartition vpipe", "--migrate-at"}},
+           {"--repartition vpipe --schedule async-1f1b --migration restart --memory-policy auto",
+            {"--repartition vpipe", "async-1f1b", "--memory-policy auto", "swap"}},
            {"--repartition dynpipe", {"--repartition"}},
            {"--inject \"kind=grow,layers=blocks.7\"", {"--inject", "blocks.7"}},
        }) {
