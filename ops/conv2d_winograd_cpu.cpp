@@ -49,6 +49,11 @@ constexpr int64_t kMinOutputSide = 4;
 constexpr int64_t kChunkBudgetBytes = int64_t{6} << 20;
 // Upper bound on one block of transformed kernels (see channels_per_block).
 constexpr int64_t kKernelBudgetBytes = int64_t{4} << 20;
+// With several chunks of images, the kernels of all blocks are transformed once per call (and
+// the backward's dU summed over the chunks, then transformed once) when they fit this bound:
+// transforming them per chunk cost as much as the input transform at 16 x 16 and 8 x 8 planes
+// (ResNet-18's layer2 and layer3 at 32 px, 4 and 2 chunks).
+constexpr int64_t kResidentKernelBytes = int64_t{16} << 20;
 
 template <int O, int I>
 struct Mat {
@@ -175,6 +180,12 @@ int64_t channels_per_block(const Geo& g) {
   return (g.oc + blocks - 1) / blocks;
 }
 
+// Whether the kernels of all blocks stay transformed for the whole call (kResidentKernelBytes);
+// with one chunk, block by block needs less memory for the same work.
+bool kernels_resident(const Geo& g, int64_t nb_max) {
+  return nb_max < g.batch && kXi * g.oc * g.c * int64_t{sizeof(float)} <= kResidentKernelBytes;
+}
+
 // Images per chunk: a chunk's V and products (M of one block, or all of dM) within
 // kChunkBudgetBytes, spread evenly.
 int64_t images_per_chunk(const Geo& g, int64_t product_rows) {
@@ -184,130 +195,231 @@ int64_t images_per_chunk(const Geo& g, int64_t product_rows) {
   return (g.batch + chunks - 1) / chunks;
 }
 
-// V[xi, ch, t0 + tile] for the tiles of planes [p0, p1) of x (plane = image nb_c + channel, within
-// a chunk of images starting at x).
+// Tiles are walked in (image, channel, tile row, tile column) order over a range of planes, and
+// transformed kLanes at a time. A group of lanes may span planes: with fewer tiles per plane than
+// lanes (8 x 8 and 4 x 4 outputs: 4 and 1 tile) one plane would leave most lanes idle, and the
+// transform costs the same for 1 lane as for 16.
+struct TileCursor {
+  int64_t nch = 0, nty = 0, ntx = 0;  // channels per image of the planes walked, tile rows, columns
+  int64_t i = 0, ch = 0, ty = 0, tx = 0;
+  TileCursor(const Geo& g, int64_t channels, int64_t plane)
+      : nch(channels), nty(g.nty), ntx(g.ntx), i(plane / channels), ch(plane % channels) {}
+  void next() {
+    if (++tx < ntx) return;
+    tx = 0;
+    if (++ty < nty) return;
+    ty = 0;
+    if (++ch < nch) return;
+    ch = 0;
+    ++i;
+  }
+};
+
+// One lane of a group: its plane (image i, channel ch) and tile.
+struct Lane {
+  int64_t i, ch, ty, tx;
+};
+
+// Fills lanes[0, n) from the cursor (advancing it); returns whether the n tiles lie in one plane,
+// in consecutive tile order (then their entries of a transformed layout are contiguous).
+inline bool next_lanes(TileCursor& cur, int n, Lane* lanes) {
+  for (int l = 0; l < n; ++l) {
+    lanes[l] = {cur.i, cur.ch, cur.ty, cur.tx};
+    cur.next();
+  }
+  return lanes[0].i == lanes[n - 1].i && lanes[0].ch == lanes[n - 1].ch;
+}
+
+// V[xi, ch, i tpi + tile] for the tiles of planes [p0, p1) of x (plane = image C + channel,
+// within a chunk of images starting at x).
 STRATA_MULTIVERSION
 void input_transform(const Geo& g, const float* x, int64_t ld_t, float* v, int64_t p0, int64_t p1) {
   alignas(64) float in[kXi * kLanes];
   alignas(64) float out[kXi * kLanes];
-  for (int64_t pl = p0; pl < p1; ++pl) {
-    const int64_t i = pl / g.c, ch = pl % g.c;
-    const float* plane = x + pl * g.h * g.w;
-    float* dst = v + ch * ld_t + i * g.tpi;
-    for (int64_t t0 = 0; t0 < g.tpi; t0 += kLanes) {
-      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.tpi - t0));
-      if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
-      for (int l = 0; l < n; ++l) {
-        const int64_t ty = (t0 + l) / g.ntx, tx = (t0 + l) % g.ntx;
-        const int64_t r0 = 4 * ty - g.ph, s0 = 4 * tx - g.pw;
+  Lane lanes[kLanes];
+  const int64_t xi_stride = g.c * ld_t;
+  TileCursor cur(g, g.c, p0);
+  for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
+    const bool contiguous = next_lanes(cur, n, lanes);
+    if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
+    for (int l = 0; l < n; ++l) {
+      const Lane& t = lanes[l];
+      const float* plane = x + (t.i * g.c + t.ch) * g.h * g.w;
+      const int64_t r0 = 4 * t.ty - g.ph, s0 = 4 * t.tx - g.pw;
+      if (r0 >= 0 && s0 >= 0 && r0 + 6 <= g.h && s0 + 6 <= g.w) {  // interior: no checks
+        const float* corner = plane + r0 * g.w + s0;
         for (int r = 0; r < 6; ++r) {
-          const int64_t ih = r0 + r;
-          const bool row_in = ih >= 0 && ih < g.h;
-          const float* row = row_in ? plane + ih * g.w : plane;
-          for (int s = 0; s < 6; ++s) {
-            const int64_t iw = s0 + s;
-            in[(r * 6 + s) * kLanes + l] = row_in && iw >= 0 && iw < g.w ? row[iw] : 0.0f;
-          }
+          for (int s = 0; s < 6; ++s) in[(r * 6 + s) * kLanes + l] = corner[r * g.w + s];
+        }
+        continue;
+      }
+      for (int r = 0; r < 6; ++r) {
+        const int64_t ih = r0 + r;
+        const bool row_in = ih >= 0 && ih < g.h;
+        const float* row = row_in ? plane + ih * g.w : plane;
+        for (int s = 0; s < 6; ++s) {
+          const int64_t iw = s0 + s;
+          in[(r * 6 + s) * kLanes + l] = row_in && iw >= 0 && iw < g.w ? row[iw] : 0.0f;
         }
       }
-      transform<6, 6, kBT>(in, out);
-      for (int xi = 0; xi < kXi; ++xi) {
-        copy_lanes(dst + xi * g.c * ld_t + t0, out + xi * kLanes, n);
-      }
+    }
+    transform<6, 6, kBT>(in, out);
+    if (contiguous) {
+      float* dst = v + lanes[0].ch * ld_t + lanes[0].i * g.tpi + lanes[0].ty * g.ntx + lanes[0].tx;
+      for (int xi = 0; xi < kXi; ++xi) copy_lanes(dst + xi * xi_stride, out + xi * kLanes, n);
+      continue;
+    }
+    for (int l = 0; l < n; ++l) {
+      const Lane& t = lanes[l];
+      float* dst = v + t.ch * ld_t + t.i * g.tpi + t.ty * g.ntx + t.tx;
+      for (int xi = 0; xi < kXi; ++xi) dst[xi * xi_stride] = out[xi * kLanes + l];
     }
   }
 }
 
 // y planes of the output channels [ob, ob + kb) (plane = image kb + channel - ob, planes
-// [p0, p1)) from M[xi, o - ob, t] (M of the block: xi stride kb ld_t), plus bias.
+// [p0, p1)) from M[xi, o - ob, i tpi + tile] (M of the block: xi stride kb ld_t), plus bias.
 STRATA_MULTIVERSION
 void output_transform(const Geo& g, const float* m, int64_t ld_t, int64_t ob, int64_t kb,
                       const float* bias, float* y, int64_t p0, int64_t p1) {
   alignas(64) float in[kXi * kLanes];
   alignas(64) float out[16 * kLanes];
-  for (int64_t pl = p0; pl < p1; ++pl) {
-    const int64_t i = pl / kb, o = ob + pl % kb;
-    const float b = bias != nullptr ? bias[o] : 0.0f;
-    float* plane = y + (i * g.oc + o) * g.oh * g.ow;
-    const float* src = m + (o - ob) * ld_t + i * g.tpi;
-    for (int64_t t0 = 0; t0 < g.tpi; t0 += kLanes) {
-      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.tpi - t0));
-      if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
-      for (int xi = 0; xi < kXi; ++xi) copy_lanes(in + xi * kLanes, src + xi * kb * ld_t + t0, n);
-      transform<4, 6, kAT>(in, out);
+  Lane lanes[kLanes];
+  const int64_t xi_stride = kb * ld_t;
+  TileCursor cur(g, kb, p0);
+  for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
+    const bool contiguous = next_lanes(cur, n, lanes);
+    if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
+    if (contiguous) {
+      const float* src =
+          m + lanes[0].ch * ld_t + lanes[0].i * g.tpi + lanes[0].ty * g.ntx + lanes[0].tx;
+      for (int xi = 0; xi < kXi; ++xi) copy_lanes(in + xi * kLanes, src + xi * xi_stride, n);
+    } else {
       for (int l = 0; l < n; ++l) {
-        const int64_t ty = (t0 + l) / g.ntx, tx = (t0 + l) % g.ntx;
-        const int rows = static_cast<int>(std::min<int64_t>(4, g.oh - 4 * ty));
-        const int cols = static_cast<int>(std::min<int64_t>(4, g.ow - 4 * tx));
-        for (int r = 0; r < rows; ++r) {
-          float* row = plane + (4 * ty + r) * g.ow + 4 * tx;
-          for (int s = 0; s < cols; ++s) row[s] = out[(r * 4 + s) * kLanes + l] + b;
+        const Lane& t = lanes[l];
+        const float* src = m + t.ch * ld_t + t.i * g.tpi + t.ty * g.ntx + t.tx;
+        for (int xi = 0; xi < kXi; ++xi) in[xi * kLanes + l] = src[xi * xi_stride];
+      }
+    }
+    transform<4, 6, kAT>(in, out);
+    for (int l = 0; l < n; ++l) {
+      const Lane& t = lanes[l];
+      const float b = bias != nullptr ? bias[ob + t.ch] : 0.0f;
+      float* plane = y + (t.i * g.oc + ob + t.ch) * g.oh * g.ow;
+      const int rows = static_cast<int>(std::min<int64_t>(4, g.oh - 4 * t.ty));
+      const int cols = static_cast<int>(std::min<int64_t>(4, g.ow - 4 * t.tx));
+      float* corner = plane + 4 * t.ty * g.ow + 4 * t.tx;
+      if (rows == 4 && cols == 4) {
+        for (int r = 0; r < 4; ++r) {
+          for (int s = 0; s < 4; ++s) corner[r * g.ow + s] = out[(r * 4 + s) * kLanes + l] + b;
         }
+        continue;
+      }
+      for (int r = 0; r < rows; ++r) {
+        for (int s = 0; s < cols; ++s) corner[r * g.ow + s] = out[(r * 4 + s) * kLanes + l] + b;
       }
     }
   }
 }
 
-// dM[xi, o, t] = (AT^T dY AT)[xi] for the dy planes [p0, p1) (plane = image OC + channel).
+// dM[xi, o, i tpi + tile] = (AT^T dY AT)[xi] for the dy planes [p0, p1) (plane = image OC +
+// channel).
 STRATA_MULTIVERSION
 void output_grad_transform(const Geo& g, const float* dy, int64_t ld_t, float* dm, int64_t p0,
                            int64_t p1) {
   alignas(64) float in[16 * kLanes];
   alignas(64) float out[kXi * kLanes];
-  for (int64_t pl = p0; pl < p1; ++pl) {
-    const int64_t i = pl / g.oc, o = pl % g.oc;
-    const float* plane = dy + pl * g.oh * g.ow;
-    float* dst = dm + o * ld_t + i * g.tpi;
-    for (int64_t t0 = 0; t0 < g.tpi; t0 += kLanes) {
-      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.tpi - t0));
-      std::fill(in, in + 16 * kLanes, 0.0f);
-      for (int l = 0; l < n; ++l) {
-        const int64_t ty = (t0 + l) / g.ntx, tx = (t0 + l) % g.ntx;
-        const int rows = static_cast<int>(std::min<int64_t>(4, g.oh - 4 * ty));
-        const int cols = static_cast<int>(std::min<int64_t>(4, g.ow - 4 * tx));
-        for (int r = 0; r < rows; ++r) {
-          const float* row = plane + (4 * ty + r) * g.ow + 4 * tx;
-          for (int s = 0; s < cols; ++s) in[(r * 4 + s) * kLanes + l] = row[s];
+  Lane lanes[kLanes];
+  const int64_t xi_stride = g.oc * ld_t;
+  TileCursor cur(g, g.oc, p0);
+  for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
+    const bool contiguous = next_lanes(cur, n, lanes);
+    if (n < kLanes) std::fill(in, in + 16 * kLanes, 0.0f);
+    for (int l = 0; l < n; ++l) {
+      const Lane& t = lanes[l];
+      const float* corner = dy + (t.i * g.oc + t.ch) * g.oh * g.ow + 4 * t.ty * g.ow + 4 * t.tx;
+      const int rows = static_cast<int>(std::min<int64_t>(4, g.oh - 4 * t.ty));
+      const int cols = static_cast<int>(std::min<int64_t>(4, g.ow - 4 * t.tx));
+      if (rows == 4 && cols == 4) {
+        for (int r = 0; r < 4; ++r) {
+          for (int s = 0; s < 4; ++s) in[(r * 4 + s) * kLanes + l] = corner[r * g.ow + s];
+        }
+        continue;
+      }
+      for (int r = 0; r < 4; ++r) {
+        for (int s = 0; s < 4; ++s) {
+          in[(r * 4 + s) * kLanes + l] = r < rows && s < cols ? corner[r * g.ow + s] : 0.0f;
         }
       }
-      transform<6, 4, kA>(in, out);
-      for (int xi = 0; xi < kXi; ++xi) {
-        copy_lanes(dst + xi * g.oc * ld_t + t0, out + xi * kLanes, n);
-      }
+    }
+    transform<6, 4, kA>(in, out);
+    if (contiguous) {
+      float* dst = dm + lanes[0].ch * ld_t + lanes[0].i * g.tpi + lanes[0].ty * g.ntx + lanes[0].tx;
+      for (int xi = 0; xi < kXi; ++xi) copy_lanes(dst + xi * xi_stride, out + xi * kLanes, n);
+      continue;
+    }
+    for (int l = 0; l < n; ++l) {
+      const Lane& t = lanes[l];
+      float* dst = dm + t.ch * ld_t + t.i * g.tpi + t.ty * g.ntx + t.tx;
+      for (int xi = 0; xi < kXi; ++xi) dst[xi * xi_stride] = out[xi * kLanes + l];
     }
   }
 }
 
 // dx planes [p0, p1) (plane = image C + channel) = the scatter of (BT^T dV BT) over the input
-// tiles; the plane is overwritten.
+// tiles; the planes are overwritten (each zeroed when the walk reaches it, while it is in cache).
 STRATA_MULTIVERSION
 void input_grad_transform(const Geo& g, const float* dv, int64_t ld_t, float* dx, int64_t p0,
                           int64_t p1) {
   alignas(64) float in[kXi * kLanes];
   alignas(64) float out[kXi * kLanes];
-  for (int64_t pl = p0; pl < p1; ++pl) {
-    const int64_t i = pl / g.c, ch = pl % g.c;
-    float* plane = dx + pl * g.h * g.w;
-    std::fill(plane, plane + g.h * g.w, 0.0f);
-    const float* src = dv + ch * ld_t + i * g.tpi;
-    for (int64_t t0 = 0; t0 < g.tpi; t0 += kLanes) {
-      const int n = static_cast<int>(std::min<int64_t>(kLanes, g.tpi - t0));
-      if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
-      for (int xi = 0; xi < kXi; ++xi) {
-        copy_lanes(in + xi * kLanes, src + xi * g.c * ld_t + t0, n);
-      }
-      transform<6, 6, kB>(in, out);
+  Lane lanes[kLanes];
+  const int64_t xi_stride = g.c * ld_t;
+  const int64_t plane_size = g.h * g.w;
+  int64_t zeroed = p0;  // planes [p0, zeroed) are zeroed
+  TileCursor cur(g, g.c, p0);
+  for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
+    const bool contiguous = next_lanes(cur, n, lanes);
+    const int64_t last = lanes[n - 1].i * g.c + lanes[n - 1].ch;
+    if (last >= zeroed) {
+      std::fill(dx + zeroed * plane_size, dx + (last + 1) * plane_size, 0.0f);
+      zeroed = last + 1;
+    }
+    if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
+    if (contiguous) {
+      const float* src =
+          dv + lanes[0].ch * ld_t + lanes[0].i * g.tpi + lanes[0].ty * g.ntx + lanes[0].tx;
+      for (int xi = 0; xi < kXi; ++xi) copy_lanes(in + xi * kLanes, src + xi * xi_stride, n);
+    } else {
       for (int l = 0; l < n; ++l) {
-        const int64_t ty = (t0 + l) / g.ntx, tx = (t0 + l) % g.ntx;
-        const int64_t r0 = 4 * ty - g.ph, s0 = 4 * tx - g.pw;
-        const int r_lo = static_cast<int>(std::max<int64_t>(0, -r0));
-        const int r_hi = static_cast<int>(std::min<int64_t>(6, g.h - r0));
-        const int s_lo = static_cast<int>(std::max<int64_t>(0, -s0));
-        const int s_hi = static_cast<int>(std::min<int64_t>(6, g.w - s0));
-        for (int r = r_lo; r < r_hi; ++r) {
-          float* row = plane + (r0 + r) * g.w + s0;
-          for (int s = s_lo; s < s_hi; ++s) row[s] += out[(r * 6 + s) * kLanes + l];
+        const Lane& t = lanes[l];
+        const float* src = dv + t.ch * ld_t + t.i * g.tpi + t.ty * g.ntx + t.tx;
+        for (int xi = 0; xi < kXi; ++xi) in[xi * kLanes + l] = src[xi * xi_stride];
+      }
+    }
+    transform<6, 6, kB>(in, out);
+    for (int l = 0; l < n; ++l) {
+      const Lane& t = lanes[l];
+      float* plane = dx + (t.i * g.c + t.ch) * plane_size;
+      const int64_t r0 = 4 * t.ty - g.ph, s0 = 4 * t.tx - g.pw;
+      if (r0 >= 0 && s0 >= 0 && r0 + 6 <= g.h && s0 + 6 <= g.w) {  // interior: no checks
+        float* corner = plane + r0 * g.w + s0;
+        for (int r = 0; r < 6; ++r) {
+          for (int s = 0; s < 6; ++s) corner[r * g.w + s] += out[(r * 6 + s) * kLanes + l];
         }
+        continue;
+      }
+      const int r_lo = static_cast<int>(std::max<int64_t>(0, -r0));
+      const int r_hi = static_cast<int>(std::min<int64_t>(6, g.h - r0));
+      const int s_lo = static_cast<int>(std::max<int64_t>(0, -s0));
+      const int s_hi = static_cast<int>(std::min<int64_t>(6, g.w - s0));
+      for (int r = r_lo; r < r_hi; ++r) {
+        float* row = plane + (r0 + r) * g.w + s0;
+        for (int s = s_lo; s < s_hi; ++s) row[s] += out[(r * 6 + s) * kLanes + l];
       }
     }
   }
@@ -385,14 +497,30 @@ void forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const floa
   const int64_t kb_max = channels_per_block(g);
   const int64_t nb_max = images_per_chunk(g, kb_max);
   const int64_t t_max = nb_max * g.tpi;
-  // U of a block, V of a chunk, M of a block and chunk.
-  Tensor buffer = scratch(ctx, kXi * kb_max * g.c + kXi * (g.c + kb_max) * t_max);
+  const bool resident = kernels_resident(g, nb_max);
+  // U (of a block, or all blocks when resident), V of a chunk, M of a block and chunk.
+  const int64_t u_elems = kXi * (resident ? g.oc : kb_max) * g.c;
+  Tensor buffer = scratch(ctx, u_elems + kXi * (g.c + kb_max) * t_max);
   float* u = buffer.data<float>();
-  float* v = u + kXi * kb_max * g.c;
+  float* v = u + u_elems;
   float* m = v + kXi * g.c * t_max;
   const float* pw = weight.data<float>();
   const float* px = x.data<float>();
   float* py = y.data<float>();
+  // The U of the block at ob: transformed here unless all blocks were transformed up front.
+  auto block_kernels = [&](int64_t ob, int64_t kb, bool transform_now) {
+    float* ub = resident ? u + kXi * ob * g.c : u;
+    if (transform_now) {
+      detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
+        kernel_transform(g, pw, ob, kb * g.c, ub, ob + o0, ob + o1);
+      });
+    }
+    return ub;
+  };
+  if (resident) {
+    for (int64_t ob = 0; ob < g.oc; ob += kb_max)
+      block_kernels(ob, std::min(kb_max, g.oc - ob), true);
+  }
   for (int64_t b0 = 0; b0 < g.batch; b0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.batch - b0);
     const int64_t ld_t = nb * g.tpi;
@@ -402,11 +530,9 @@ void forward(ExecContext& ctx, const Tensor& x, const Tensor& weight, const floa
     float* yb = py + b0 * g.oc * g.oh * g.ow;
     for (int64_t ob = 0; ob < g.oc; ob += kb_max) {
       const int64_t kb = std::min(kb_max, g.oc - ob);
-      detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
-        kernel_transform(g, pw, ob, kb * g.c, u, ob + o0, ob + o1);
-      });
+      const float* ub = block_kernels(ob, kb, !resident);
       for_each_xi([&](int64_t xi) {
-        blas::gemm(ctx, false, false, kb, ld_t, g.c, 1.0f, u + xi * kb * g.c, g.c,
+        blas::gemm(ctx, false, false, kb, ld_t, g.c, 1.0f, ub + xi * kb * g.c, g.c,
                    v + xi * g.c * ld_t, ld_t, 0.0f, m + xi * kb * ld_t, ld_t);
       });
       detail::parallel_for(nb * kb, 1, [&](int64_t p0, int64_t p1) {
@@ -423,14 +549,34 @@ void backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor&
   const int64_t kb_max = channels_per_block(g);
   const int64_t nb_max = images_per_chunk(g, g.oc);
   const int64_t t_max = nb_max * g.tpi;
-  // U or dU of a block, then V / dV and dM of a chunk.
-  Tensor buffer = scratch(ctx, kXi * kb_max * g.c + kXi * (g.c + g.oc) * t_max);
+  const bool resident = kernels_resident(g, nb_max);
+  // U of a block (all of U when resident, and then dU of all blocks too, summed over the chunks),
+  // or U / dU of a block; then V / dV and dM of a chunk.
+  const int64_t u_elems = kXi * (resident ? g.oc : kb_max) * g.c;
+  const int64_t du_elems = resident && dweight != nullptr ? u_elems : 0;
+  Tensor buffer = scratch(ctx, u_elems + du_elems + kXi * (g.c + g.oc) * t_max);
   float* u = buffer.data<float>();
-  float* v = u + kXi * kb_max * g.c;
+  float* du_all = u + u_elems;
+  float* v = du_all + du_elems;
   float* dm = v + kXi * g.c * t_max;
   const float* pw = weight.data<float>();
   const float* px = x.data<float>();
   const float* pdy = dy.data<float>();
+  auto transform_kernels = [&](int64_t ob, int64_t kb, float* ub) {
+    detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
+      kernel_transform(g, pw, ob, kb * g.c, ub, ob + o0, ob + o1);
+    });
+  };
+  auto add_kernel_grads = [&](int64_t ob, int64_t kb, const float* dub) {
+    detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
+      kernel_grad_transform(g, dub, ob, kb * g.c, dweight, ob + o0, ob + o1);
+    });
+  };
+  if (resident && dx != nullptr) {
+    for (int64_t ob = 0; ob < g.oc; ob += kb_max) {
+      transform_kernels(ob, std::min(kb_max, g.oc - ob), u + kXi * ob * g.c);
+    }
+  }
   for (int64_t b0 = 0; b0 < g.batch; b0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.batch - b0);
     const int64_t ld_t = nb * g.tpi;
@@ -439,31 +585,31 @@ void backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor&
       output_grad_transform(g, dyb, ld_t, dm, p0, p1);
     });
     if (dweight != nullptr) {
-      // dU of each block (for this chunk) goes into dweight at once: G^T . G is linear.
+      // dU of each block: summed over the chunks when resident (transformed into dweight after
+      // the last), else added into dweight for this chunk at once (G^T . G is linear).
       const float* xb = px + b0 * g.c * g.h * g.w;
       detail::parallel_for(
           nb * g.c, 1, [&](int64_t p0, int64_t p1) { input_transform(g, xb, ld_t, v, p0, p1); });
       for (int64_t ob = 0; ob < g.oc; ob += kb_max) {
         const int64_t kb = std::min(kb_max, g.oc - ob);
+        float* dub = resident ? du_all + kXi * ob * g.c : u;
+        const float beta = resident && b0 > 0 ? 1.0f : 0.0f;
         for_each_xi([&](int64_t xi) {
           blas::gemm(ctx, false, true, kb, g.c, ld_t, 1.0f, dm + (xi * g.oc + ob) * ld_t, ld_t,
-                     v + xi * g.c * ld_t, ld_t, 0.0f, u + xi * kb * g.c, g.c);
+                     v + xi * g.c * ld_t, ld_t, beta, dub + xi * kb * g.c, g.c);
         });
-        detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
-          kernel_grad_transform(g, u, ob, kb * g.c, dweight, ob + o0, ob + o1);
-        });
+        if (!resident) add_kernel_grads(ob, kb, dub);
       }
     }
     if (dx != nullptr) {
       // dV = sum over the blocks of U_block^T dM_block, into V's buffer.
       for (int64_t ob = 0; ob < g.oc; ob += kb_max) {
         const int64_t kb = std::min(kb_max, g.oc - ob);
-        detail::parallel_for(kb, 1, [&](int64_t o0, int64_t o1) {
-          kernel_transform(g, pw, ob, kb * g.c, u, ob + o0, ob + o1);
-        });
+        float* ub = resident ? u + kXi * ob * g.c : u;
+        if (!resident) transform_kernels(ob, kb, ub);
         const float beta = ob == 0 ? 0.0f : 1.0f;
         for_each_xi([&](int64_t xi) {
-          blas::gemm(ctx, true, false, g.c, ld_t, kb, 1.0f, u + xi * kb * g.c, g.c,
+          blas::gemm(ctx, true, false, g.c, ld_t, kb, 1.0f, ub + xi * kb * g.c, g.c,
                      dm + (xi * g.oc + ob) * ld_t, ld_t, beta, v + xi * g.c * ld_t, ld_t);
         });
       }
@@ -471,6 +617,11 @@ void backward(ExecContext& ctx, const Tensor& dy, const Tensor& x, const Tensor&
       detail::parallel_for(nb * g.c, 1, [&](int64_t p0, int64_t p1) {
         input_grad_transform(g, v, ld_t, dxb, p0, p1);
       });
+    }
+  }
+  if (resident && dweight != nullptr) {
+    for (int64_t ob = 0; ob < g.oc; ob += kb_max) {
+      add_kernel_grads(ob, std::min(kb_max, g.oc - ob), du_all + kXi * ob * g.c);
     }
   }
 }
