@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "ops/blas.h"
 #include "ops/cpu_util.h"
@@ -230,6 +231,56 @@ inline bool next_lanes(TileCursor& cur, int n, Lane* lanes) {
   return lanes[0].i == lanes[n - 1].i && lanes[0].ch == lanes[n - 1].ch;
 }
 
+// Zero-padded copies of the planes a group of lanes reads, so that every tile is gathered
+// without bounds checks: plane pl sits in slot pl % slots, padded to (4 nty + 2) x (4 ntx + 2)
+// (the padding of the convolution on the top and left, zeros past the input on the bottom and
+// right). The slots outnumber the planes one group can touch, so a group never evicts its own
+// planes, and a plane is copied once however many groups read it.
+class PaddedPlanes {
+ public:
+  PaddedPlanes(const Geo& g, const float* x, int64_t channels)
+      : g_(g),
+        x_(x),
+        channels_(channels),
+        rows_(4 * g.nty + 2),
+        cols_(4 * g.ntx + 2),
+        slots_(std::min<int64_t>(kLanes, (kLanes - 1 + g.tpi - 1) / g.tpi + 2)),
+        data_(slots_ * rows_ * cols_),
+        tags_(slots_, -1) {}
+
+  int64_t cols() const { return cols_; }
+
+  // The padded copy of plane (image i, channel ch), made if its slot holds another plane.
+  const float* plane(int64_t i, int64_t ch) {
+    const int64_t pl = i * channels_ + ch, slot = pl % slots_;
+    float* dst = data_.data() + slot * rows_ * cols_;
+    if (tags_[slot] == pl) return dst;
+    tags_[slot] = pl;
+    const float* src = x_ + pl * g_.h * g_.w;
+    const int64_t right = std::max<int64_t>(0, cols_ - g_.pw - g_.w);
+    const int64_t copied = std::min(g_.w, cols_ - g_.pw);
+    for (int64_t r = 0; r < rows_; ++r) {
+      float* row = dst + r * cols_;
+      const int64_t ih = r - g_.ph;
+      if (ih < 0 || ih >= g_.h) {
+        std::fill(row, row + cols_, 0.0f);
+        continue;
+      }
+      std::fill(row, row + g_.pw, 0.0f);
+      std::copy(src + ih * g_.w, src + ih * g_.w + copied, row + g_.pw);
+      std::fill(row + cols_ - right, row + cols_, 0.0f);
+    }
+    return dst;
+  }
+
+ private:
+  const Geo& g_;
+  const float* x_;
+  int64_t channels_, rows_, cols_, slots_;
+  std::vector<float> data_;
+  std::vector<int64_t> tags_;
+};
+
 // V[xi, ch, i tpi + tile] for the tiles of planes [p0, p1) of x (plane = image C + channel,
 // within a chunk of images starting at x).
 STRATA_MULTIVERSION
@@ -238,6 +289,8 @@ void input_transform(const Geo& g, const float* x, int64_t ld_t, float* v, int64
   alignas(64) float out[kXi * kLanes];
   Lane lanes[kLanes];
   const int64_t xi_stride = g.c * ld_t;
+  PaddedPlanes padded(g, x, g.c);
+  const int64_t ld = padded.cols();
   TileCursor cur(g, g.c, p0);
   for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
     const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
@@ -245,23 +298,9 @@ void input_transform(const Geo& g, const float* x, int64_t ld_t, float* v, int64
     if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
     for (int l = 0; l < n; ++l) {
       const Lane& t = lanes[l];
-      const float* plane = x + (t.i * g.c + t.ch) * g.h * g.w;
-      const int64_t r0 = 4 * t.ty - g.ph, s0 = 4 * t.tx - g.pw;
-      if (r0 >= 0 && s0 >= 0 && r0 + 6 <= g.h && s0 + 6 <= g.w) {  // interior: no checks
-        const float* corner = plane + r0 * g.w + s0;
-        for (int r = 0; r < 6; ++r) {
-          for (int s = 0; s < 6; ++s) in[(r * 6 + s) * kLanes + l] = corner[r * g.w + s];
-        }
-        continue;
-      }
+      const float* corner = padded.plane(t.i, t.ch) + 4 * t.ty * ld + 4 * t.tx;
       for (int r = 0; r < 6; ++r) {
-        const int64_t ih = r0 + r;
-        const bool row_in = ih >= 0 && ih < g.h;
-        const float* row = row_in ? plane + ih * g.w : plane;
-        for (int s = 0; s < 6; ++s) {
-          const int64_t iw = s0 + s;
-          in[(r * 6 + s) * kLanes + l] = row_in && iw >= 0 && iw < g.w ? row[iw] : 0.0f;
-        }
+        for (int s = 0; s < 6; ++s) in[(r * 6 + s) * kLanes + l] = corner[r * ld + s];
       }
     }
     transform<6, 6, kBT>(in, out);
