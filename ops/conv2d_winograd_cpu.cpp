@@ -196,52 +196,92 @@ int64_t images_per_chunk(const Geo& g, int64_t product_rows) {
   return (g.batch + chunks - 1) / chunks;
 }
 
-// Tiles are walked in (image, channel, tile row, tile column) order over a range of planes, and
-// transformed kLanes at a time. A group of lanes may span planes: with fewer tiles per plane than
-// lanes (8 x 8 and 4 x 4 outputs: 4 and 1 tile) one plane would leave most lanes idle, and the
-// transform costs the same for 1 lane as for 16.
+// Tiles are walked in (channel, image, tile row, tile column) order over a range [q0, q1) of
+// planes numbered q = channel nb + image (nb images in the chunk), and transformed kLanes at a
+// time. In this order the tiles of one channel are consecutive columns (image tpi + tile) of the
+// transformed layouts, so a group of lanes reads or writes them in contiguous runs whatever the
+// plane size; a group may span images, so that planes of fewer tiles than lanes (8 x 8 and 4 x 4
+// outputs: 4 and 1 tile) still fill every lane (the transform costs the same for 1 lane as for
+// 16).
 struct TileCursor {
-  int64_t nch = 0, nty = 0, ntx = 0;  // channels per image of the planes walked, tile rows, columns
-  int64_t i = 0, ch = 0, ty = 0, tx = 0;
-  TileCursor(const Geo& g, int64_t channels, int64_t plane)
-      : nch(channels), nty(g.nty), ntx(g.ntx), i(plane / channels), ch(plane % channels) {}
+  int64_t nb, tpi, nty, ntx;
+  int64_t ch, i, ty = 0, tx = 0;
+  TileCursor(const Geo& g, int64_t images, int64_t q)
+      : nb(images), tpi(g.tpi), nty(g.nty), ntx(g.ntx), ch(q / images), i(q % images) {}
   void next() {
     if (++tx < ntx) return;
     tx = 0;
     if (++ty < nty) return;
     ty = 0;
-    if (++ch < nch) return;
-    ch = 0;
-    ++i;
+    if (++i < nb) return;
+    i = 0;
+    ++ch;
   }
 };
 
-// One lane of a group: its plane (image i, channel ch) and tile.
+// One lane of a group: its plane (channel ch, image i; q = ch nb + i) and tile (row ty, column
+// tx; column j = i tpi + ty ntx + tx of the transformed layouts).
 struct Lane {
-  int64_t i, ch, ty, tx;
+  int64_t ch, i, ty, tx, j, q;
 };
 
-// Fills lanes[0, n) from the cursor (advancing it); returns whether the n tiles lie in one plane,
-// in consecutive tile order (then their entries of a transformed layout are contiguous).
+// Fills lanes[0, n) from the cursor (advancing it); returns whether the n tiles are of one
+// channel (then their columns j are consecutive).
 inline bool next_lanes(TileCursor& cur, int n, Lane* lanes) {
   for (int l = 0; l < n; ++l) {
-    lanes[l] = {cur.i, cur.ch, cur.ty, cur.tx};
+    lanes[l] = {cur.ch,
+                cur.i,
+                cur.ty,
+                cur.tx,
+                cur.i * cur.tpi + cur.ty * cur.ntx + cur.tx,
+                cur.ch * cur.nb + cur.i};
     cur.next();
   }
-  return lanes[0].i == lanes[n - 1].i && lanes[0].ch == lanes[n - 1].ch;
+  return lanes[0].ch == lanes[n - 1].ch;
+}
+
+// out[xi kLanes + l] -> dst[xi xi_stride + ch_l ld_t + j_l] for the n lanes; one contiguous copy
+// per xi when the lanes are of one channel. The xi loop is outside: the 36 rows of a layout are
+// xi_stride apart (often a multiple of 4 KiB, so they share cache sets), and each is finished
+// before the next.
+__attribute__((always_inline)) inline void store_lanes(const Lane* lanes, int n, bool contiguous,
+                                                       const float* out, float* dst, int64_t ld_t,
+                                                       int64_t xi_stride) {
+  if (contiguous) {
+    float* base = dst + lanes[0].ch * ld_t + lanes[0].j;
+    for (int xi = 0; xi < kXi; ++xi) copy_lanes(base + xi * xi_stride, out + xi * kLanes, n);
+    return;
+  }
+  for (int xi = 0; xi < kXi; ++xi) {
+    float* row = dst + xi * xi_stride;
+    for (int l = 0; l < n; ++l) row[lanes[l].ch * ld_t + lanes[l].j] = out[xi * kLanes + l];
+  }
+}
+
+// The inverse gather: in[xi kLanes + l] = src[xi xi_stride + ch_l ld_t + j_l].
+__attribute__((always_inline)) inline void load_lanes(const Lane* lanes, int n, bool contiguous,
+                                                      const float* src, float* in, int64_t ld_t,
+                                                      int64_t xi_stride) {
+  if (contiguous) {
+    const float* base = src + lanes[0].ch * ld_t + lanes[0].j;
+    for (int xi = 0; xi < kXi; ++xi) copy_lanes(in + xi * kLanes, base + xi * xi_stride, n);
+    return;
+  }
+  for (int xi = 0; xi < kXi; ++xi) {
+    const float* row = src + xi * xi_stride;
+    for (int l = 0; l < n; ++l) in[xi * kLanes + l] = row[lanes[l].ch * ld_t + lanes[l].j];
+  }
 }
 
 // Zero-padded copies of the planes a group of lanes reads, so that every tile is gathered
-// without bounds checks: plane pl sits in slot pl % slots, padded to (4 nty + 2) x (4 ntx + 2)
+// without bounds checks: plane q sits in slot q % slots, padded to (4 nty + 2) x (4 ntx + 2)
 // (the padding of the convolution on the top and left, zeros past the input on the bottom and
 // right). The slots outnumber the planes one group can touch, so a group never evicts its own
 // planes, and a plane is copied once however many groups read it.
 class PaddedPlanes {
  public:
-  PaddedPlanes(const Geo& g, const float* x, int64_t channels)
+  explicit PaddedPlanes(const Geo& g)
       : g_(g),
-        x_(x),
-        channels_(channels),
         rows_(4 * g.nty + 2),
         cols_(4 * g.ntx + 2),
         slots_(std::min<int64_t>(kLanes, (kLanes - 1 + g.tpi - 1) / g.tpi + 2)),
@@ -250,14 +290,12 @@ class PaddedPlanes {
 
   int64_t cols() const { return cols_; }
 
-  // The padded copy of plane (image i, channel ch), made if its slot holds another plane.
-  const float* plane(int64_t i, int64_t ch) {
-    const int64_t pl = i * channels_ + ch, slot = pl % slots_;
+  // The padded copy of plane q (at src), made if its slot holds another plane.
+  const float* plane(int64_t q, const float* src) {
+    const int64_t slot = q % slots_;
     float* dst = data_.data() + slot * rows_ * cols_;
-    if (tags_[slot] == pl) return dst;
-    tags_[slot] = pl;
-    const float* src = x_ + pl * g_.h * g_.w;
-    const int64_t right = std::max<int64_t>(0, cols_ - g_.pw - g_.w);
+    if (tags_[slot] == q) return dst;
+    tags_[slot] = q;
     const int64_t copied = std::min(g_.w, cols_ - g_.pw);
     for (int64_t r = 0; r < rows_; ++r) {
       float* row = dst + r * cols_;
@@ -268,88 +306,65 @@ class PaddedPlanes {
       }
       std::fill(row, row + g_.pw, 0.0f);
       std::copy(src + ih * g_.w, src + ih * g_.w + copied, row + g_.pw);
-      std::fill(row + cols_ - right, row + cols_, 0.0f);
+      std::fill(row + g_.pw + copied, row + cols_, 0.0f);
     }
     return dst;
   }
 
  private:
   const Geo& g_;
-  const float* x_;
-  int64_t channels_, rows_, cols_, slots_;
+  int64_t rows_, cols_, slots_;
   std::vector<float> data_;
   std::vector<int64_t> tags_;
 };
 
-// V[xi, ch, i tpi + tile] for the tiles of planes [p0, p1) of x (plane = image C + channel,
-// within a chunk of images starting at x).
+// V[xi, ch, j] for the tiles of planes [q0, q1) of a chunk of nb images starting at x.
 STRATA_MULTIVERSION
-void input_transform(const Geo& g, const float* x, int64_t ld_t, float* v, int64_t p0, int64_t p1) {
+void input_transform(const Geo& g, const float* x, int64_t ld_t, float* v, int64_t q0, int64_t q1) {
   alignas(64) float in[kXi * kLanes];
   alignas(64) float out[kXi * kLanes];
   Lane lanes[kLanes];
-  const int64_t xi_stride = g.c * ld_t;
-  PaddedPlanes padded(g, x, g.c);
+  PaddedPlanes padded(g);
   const int64_t ld = padded.cols();
-  TileCursor cur(g, g.c, p0);
-  for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
+  TileCursor cur(g, ld_t / g.tpi, q0);
+  for (int64_t left = (q1 - q0) * g.tpi; left > 0; left -= kLanes) {
     const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
     const bool contiguous = next_lanes(cur, n, lanes);
     if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
     for (int l = 0; l < n; ++l) {
       const Lane& t = lanes[l];
-      const float* corner = padded.plane(t.i, t.ch) + 4 * t.ty * ld + 4 * t.tx;
+      const float* plane = padded.plane(t.q, x + (t.i * g.c + t.ch) * g.h * g.w);
+      const float* corner = plane + 4 * t.ty * ld + 4 * t.tx;
       for (int r = 0; r < 6; ++r) {
         for (int s = 0; s < 6; ++s) in[(r * 6 + s) * kLanes + l] = corner[r * ld + s];
       }
     }
     transform<6, 6, kBT>(in, out);
-    if (contiguous) {
-      float* dst = v + lanes[0].ch * ld_t + lanes[0].i * g.tpi + lanes[0].ty * g.ntx + lanes[0].tx;
-      for (int xi = 0; xi < kXi; ++xi) copy_lanes(dst + xi * xi_stride, out + xi * kLanes, n);
-      continue;
-    }
-    for (int l = 0; l < n; ++l) {
-      const Lane& t = lanes[l];
-      float* dst = v + t.ch * ld_t + t.i * g.tpi + t.ty * g.ntx + t.tx;
-      for (int xi = 0; xi < kXi; ++xi) dst[xi * xi_stride] = out[xi * kLanes + l];
-    }
+    store_lanes(lanes, n, contiguous, out, v, ld_t, g.c * ld_t);
   }
 }
 
-// y planes of the output channels [ob, ob + kb) (plane = image kb + channel - ob, planes
-// [p0, p1)) from M[xi, o - ob, i tpi + tile] (M of the block: xi stride kb ld_t), plus bias.
+// y planes of the output channels [ob, ob + kb) (planes [q0, q1), q = (channel - ob) nb +
+// image) from M[xi, o - ob, j] (M of the block: xi stride kb ld_t), plus bias.
 STRATA_MULTIVERSION
 void output_transform(const Geo& g, const float* m, int64_t ld_t, int64_t ob, int64_t kb,
-                      const float* bias, float* y, int64_t p0, int64_t p1) {
+                      const float* bias, float* y, int64_t q0, int64_t q1) {
   alignas(64) float in[kXi * kLanes];
   alignas(64) float out[16 * kLanes];
   Lane lanes[kLanes];
-  const int64_t xi_stride = kb * ld_t;
-  TileCursor cur(g, kb, p0);
-  for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
+  TileCursor cur(g, ld_t / g.tpi, q0);
+  for (int64_t left = (q1 - q0) * g.tpi; left > 0; left -= kLanes) {
     const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
     const bool contiguous = next_lanes(cur, n, lanes);
     if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
-    if (contiguous) {
-      const float* src =
-          m + lanes[0].ch * ld_t + lanes[0].i * g.tpi + lanes[0].ty * g.ntx + lanes[0].tx;
-      for (int xi = 0; xi < kXi; ++xi) copy_lanes(in + xi * kLanes, src + xi * xi_stride, n);
-    } else {
-      for (int l = 0; l < n; ++l) {
-        const Lane& t = lanes[l];
-        const float* src = m + t.ch * ld_t + t.i * g.tpi + t.ty * g.ntx + t.tx;
-        for (int xi = 0; xi < kXi; ++xi) in[xi * kLanes + l] = src[xi * xi_stride];
-      }
-    }
+    load_lanes(lanes, n, contiguous, m, in, ld_t, kb * ld_t);
     transform<4, 6, kAT>(in, out);
     for (int l = 0; l < n; ++l) {
       const Lane& t = lanes[l];
       const float b = bias != nullptr ? bias[ob + t.ch] : 0.0f;
-      float* plane = y + (t.i * g.oc + ob + t.ch) * g.oh * g.ow;
+      float* corner = y + (t.i * g.oc + ob + t.ch) * g.oh * g.ow + 4 * t.ty * g.ow + 4 * t.tx;
       const int rows = static_cast<int>(std::min<int64_t>(4, g.oh - 4 * t.ty));
       const int cols = static_cast<int>(std::min<int64_t>(4, g.ow - 4 * t.tx));
-      float* corner = plane + 4 * t.ty * g.ow + 4 * t.tx;
       if (rows == 4 && cols == 4) {
         for (int r = 0; r < 4; ++r) {
           for (int s = 0; s < 4; ++s) corner[r * g.ow + s] = out[(r * 4 + s) * kLanes + l] + b;
@@ -363,17 +378,15 @@ void output_transform(const Geo& g, const float* m, int64_t ld_t, int64_t ob, in
   }
 }
 
-// dM[xi, o, i tpi + tile] = (AT^T dY AT)[xi] for the dy planes [p0, p1) (plane = image OC +
-// channel).
+// dM[xi, o, j] = (AT^T dY AT)[xi] for the dy planes [q0, q1) (q = channel nb + image).
 STRATA_MULTIVERSION
-void output_grad_transform(const Geo& g, const float* dy, int64_t ld_t, float* dm, int64_t p0,
-                           int64_t p1) {
+void output_grad_transform(const Geo& g, const float* dy, int64_t ld_t, float* dm, int64_t q0,
+                           int64_t q1) {
   alignas(64) float in[16 * kLanes];
   alignas(64) float out[kXi * kLanes];
   Lane lanes[kLanes];
-  const int64_t xi_stride = g.oc * ld_t;
-  TileCursor cur(g, g.oc, p0);
-  for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
+  TileCursor cur(g, ld_t / g.tpi, q0);
+  for (int64_t left = (q1 - q0) * g.tpi; left > 0; left -= kLanes) {
     const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
     const bool contiguous = next_lanes(cur, n, lanes);
     if (n < kLanes) std::fill(in, in + 16 * kLanes, 0.0f);
@@ -395,51 +408,31 @@ void output_grad_transform(const Geo& g, const float* dy, int64_t ld_t, float* d
       }
     }
     transform<6, 4, kA>(in, out);
-    if (contiguous) {
-      float* dst = dm + lanes[0].ch * ld_t + lanes[0].i * g.tpi + lanes[0].ty * g.ntx + lanes[0].tx;
-      for (int xi = 0; xi < kXi; ++xi) copy_lanes(dst + xi * xi_stride, out + xi * kLanes, n);
-      continue;
-    }
-    for (int l = 0; l < n; ++l) {
-      const Lane& t = lanes[l];
-      float* dst = dm + t.ch * ld_t + t.i * g.tpi + t.ty * g.ntx + t.tx;
-      for (int xi = 0; xi < kXi; ++xi) dst[xi * xi_stride] = out[xi * kLanes + l];
-    }
+    store_lanes(lanes, n, contiguous, out, dm, ld_t, g.oc * ld_t);
   }
 }
 
-// dx planes [p0, p1) (plane = image C + channel) = the scatter of (BT^T dV BT) over the input
-// tiles; the planes are overwritten (each zeroed when the walk reaches it, while it is in cache).
+// dx planes [q0, q1) (q = channel nb + image) = the scatter of (BT^T dV BT) over the input tiles;
+// the planes are overwritten (each zeroed when the walk reaches it, while it is in cache).
 STRATA_MULTIVERSION
-void input_grad_transform(const Geo& g, const float* dv, int64_t ld_t, float* dx, int64_t p0,
-                          int64_t p1) {
+void input_grad_transform(const Geo& g, const float* dv, int64_t ld_t, float* dx, int64_t q0,
+                          int64_t q1) {
   alignas(64) float in[kXi * kLanes];
   alignas(64) float out[kXi * kLanes];
   Lane lanes[kLanes];
-  const int64_t xi_stride = g.c * ld_t;
-  const int64_t plane_size = g.h * g.w;
-  int64_t zeroed = p0;  // planes [p0, zeroed) are zeroed
-  TileCursor cur(g, g.c, p0);
-  for (int64_t left = (p1 - p0) * g.tpi; left > 0; left -= kLanes) {
+  const int64_t nb = ld_t / g.tpi, plane_size = g.h * g.w;
+  auto plane_of = [&](int64_t q) { return dx + ((q % nb) * g.c + q / nb) * plane_size; };
+  int64_t zeroed = q0;  // planes [q0, zeroed) are zeroed
+  TileCursor cur(g, nb, q0);
+  for (int64_t left = (q1 - q0) * g.tpi; left > 0; left -= kLanes) {
     const int n = static_cast<int>(std::min<int64_t>(kLanes, left));
     const bool contiguous = next_lanes(cur, n, lanes);
-    const int64_t last = lanes[n - 1].i * g.c + lanes[n - 1].ch;
-    if (last >= zeroed) {
-      std::fill(dx + zeroed * plane_size, dx + (last + 1) * plane_size, 0.0f);
-      zeroed = last + 1;
+    for (; zeroed <= lanes[n - 1].q; ++zeroed) {
+      float* plane = plane_of(zeroed);
+      std::fill(plane, plane + plane_size, 0.0f);
     }
     if (n < kLanes) std::fill(in, in + kXi * kLanes, 0.0f);
-    if (contiguous) {
-      const float* src =
-          dv + lanes[0].ch * ld_t + lanes[0].i * g.tpi + lanes[0].ty * g.ntx + lanes[0].tx;
-      for (int xi = 0; xi < kXi; ++xi) copy_lanes(in + xi * kLanes, src + xi * xi_stride, n);
-    } else {
-      for (int l = 0; l < n; ++l) {
-        const Lane& t = lanes[l];
-        const float* src = dv + t.ch * ld_t + t.i * g.tpi + t.ty * g.ntx + t.tx;
-        for (int xi = 0; xi < kXi; ++xi) in[xi * kLanes + l] = src[xi * xi_stride];
-      }
-    }
+    load_lanes(lanes, n, contiguous, dv, in, ld_t, g.c * ld_t);
     transform<6, 6, kB>(in, out);
     for (int l = 0; l < n; ++l) {
       const Lane& t = lanes[l];
