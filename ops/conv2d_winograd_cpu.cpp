@@ -4,15 +4,16 @@
 // block of kb output channels starting at ob):
 //   V  (36, C, T)   transformed input tiles   U, dU (36, kb, C)  transformed kernels of a block
 //   dM (36, OC, T)  transformed dy tiles      M     (36, kb, T)  a block's products
-// Kernels are transformed block by block for each chunk (cheap beside the products), so the
-// scratch stays within a few MiB however many channels there are.
+// Kernels are transformed block by block, so the scratch stays within a few MiB however many
+// channels there are; with several chunks of images they are transformed once per call when all
+// blocks fit kResidentKernelBytes, else again for each chunk.
 // The transforms work on kLanes tiles (or kernels) at once: a scalar gather into a
 // (rows, cols, kLanes) block, then the two 1-D passes of P . P^T on whole lanes, whose loops the
 // compiler unrolls and folds the constant coefficients of (zeros skipped, ones and minus ones
 // free). The loops over planes are compiled for AVX-512, AVX2 and the baseline, chosen at run
 // time (target_clones), so a portable build still runs the lanes in vector registers.
 //
-// Threads: the transforms split (image, channel) planes, so each thread owns whole planes of x,
+// Threads: the transforms split (channel, image) planes, so each thread owns whole planes of x,
 // y and dx (the overlapping input tiles of the dx scatter never race); the 36 products of a
 // chunk are split over threads, one single-threaded gemm each (blas::gemm runs on one thread
 // inside a parallel region).
