@@ -99,17 +99,19 @@ TEST_P(WinogradTest, MatchesIm2colAndFloat64) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, WinogradTest,
-                         ::testing::Values(WinoCase{"Batch1Pad1Odd7x9", 1, 16, 7, 9, 20, 1},
-                                           WinoCase{"Pad0Channels17To16", 3, 17, 8, 10, 16, 0},
-                                           WinoCase{"Pad2Channels24To19", 2, 24, 5, 6, 19, 2},
-                                           WinoCase{"OneTilePlane4x4", 3, 40, 4, 4, 36, 1},
-                                           WinoCase{"SeveralChunks32px", 7, 64, 32, 32, 64, 1},
-                                           WinoCase{"TilesAcrossLanes13x21", 2, 16, 13, 21, 24, 1},
-                                           WinoCase{"KernelBlocks512In", 2, 512, 4, 5, 70, 1}),
-                         [](const ::testing::TestParamInfo<WinoCase>& info) {
-                           return info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, WinogradTest,
+    ::testing::Values(WinoCase{"Batch1Pad1Odd7x9", 1, 16, 7, 9, 20, 1},
+                      WinoCase{"Pad0Channels17To16", 3, 17, 8, 10, 16, 0},
+                      WinoCase{"Pad2Channels24To19", 2, 24, 5, 6, 19, 2},
+                      WinoCase{"OneTilePlane4x4", 3, 40, 4, 4, 36, 1},
+                      WinoCase{"SeveralChunks32px", 7, 64, 32, 32, 64, 1},
+                      WinoCase{"TilesAcrossLanes13x21", 2, 16, 13, 21, 24, 1},
+                      WinoCase{"KernelBlocks512In", 2, 512, 4, 5, 70, 1},
+                      // Kernels past the resident bound, two chunks in
+                      // the backward: U and dU block by block per chunk.
+                      WinoCase{"KernelsPerChunk384To320", 2, 384, 24, 20, 320, 1}),
+    [](const ::testing::TestParamInfo<WinoCase>& info) { return info.param.name; });
 
 TEST(Winograd, OnlyFloat32ThreeByThreeStrideOneWithEnoughChannels) {
   auto x = [](DType d, int64_t c) { return Tensor::zeros({1, c, 8, 8}, d); };
