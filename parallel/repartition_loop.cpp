@@ -184,13 +184,14 @@ void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition
   for (double b : in.stage_busy_seconds) measured = std::max(measured, b);
   RepartitionDecision& d = r->decision;
   const std::string now = r->current;
-  if (last_move_ && now == last_move_->to && measured > last_move_->measured) {
-    // The policy's last move made the slowest stage slower, as measured: back, and never again.
-    rejected_.insert(now);
+  const double margin = config_.threshold;
+  if (last_move_ && now == last_move_->to && measured > last_move_->measured * (1.0 + margin)) {
+    // The policy's last move made the slowest stage slower, beyond the noise margin: back.
+    rejected_[now] = Rejection{partition_string(last_move_->from, names_), last_move_->measured};
     std::ostringstream why;
     why << "measured slowest stage " << 1000 * measured << " ms/step after the move from "
         << partition_string(last_move_->from, names_) << ", " << 1000 * last_move_->measured
-        << " before it: moving back";
+        << " before it (more than " << 100 * margin << "% slower): moving back";
     d.apply = true;
     d.partition = last_move_->from;
     d.reason = why.str();
@@ -200,10 +201,27 @@ void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition
   last_move_.reset();
   if (!d.apply) return;
   const std::string proposed = partition_string(d.partition, names_);
-  if (rejected_.count(proposed) > 0) {
-    d.apply = false;
-    d.reason += "; but " + proposed + " was tried and measured slower: kept";
-    return;
+  auto rejected = rejected_.find(proposed);
+  if (rejected != rejected_.end()) {
+    const Rejection& was = rejected->second;
+    const bool same = was.from == now &&
+                      std::abs(measured - was.measured) <= margin * std::max(was.measured, 1e-12);
+    if (same) {
+      std::ostringstream why;
+      why << "; but " << proposed << " was tried from " << now << " and measured slower, and "
+          << now << " measures " << 1000 * measured << " ms/step, within " << 100 * margin
+          << "% of the " << 1000 * was.measured << " it measured then: kept";
+      d.apply = false;
+      d.reason += why.str();
+      return;
+    }
+    // The measurements changed beyond the margin (or the layout did): the old verdict is stale.
+    std::ostringstream why;
+    why << "; " << proposed << " measured slower once, from " << was.from << " at "
+        << 1000 * was.measured << " ms/step; now " << now << " at " << 1000 * measured
+        << ": tried again";
+    d.reason += why.str();
+    rejected_.erase(rejected);
   }
   last_move_ = Move{current, proposed, measured};
 }
