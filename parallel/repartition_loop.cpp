@@ -204,18 +204,20 @@ void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition
   auto rejected = rejected_.find(proposed);
   if (rejected != rejected_.end()) {
     const Rejection& was = rejected->second;
-    const bool same = was.from == now &&
-                      std::abs(measured - was.measured) <= margin * std::max(was.measured, 1e-12);
+    // Only a layout that got slower by well beyond the noise (kRetryMargins margins: a slowdown
+    // began) makes the old verdict stale; one that measures about the same or faster does not.
+    const double retry = kRetryMargins * margin;
+    const bool same = was.from == now && measured <= was.measured * (1.0 + retry);
     if (same) {
       std::ostringstream why;
       why << "; but " << proposed << " was tried from " << now << " and measured slower, and "
-          << now << " measures " << 1000 * measured << " ms/step, within " << 100 * margin
-          << "% of the " << 1000 * was.measured << " it measured then: kept";
+          << now << " measures " << 1000 * measured << " ms/step, not more than " << 100 * retry
+          << "% above the " << 1000 * was.measured << " it measured then: kept";
       d.apply = false;
       d.reason += why.str();
       return;
     }
-    // The measurements changed beyond the margin (or the layout did): the old verdict is stale.
+    // The layout got slower beyond the retry margin (or it is another layout): stale.
     std::ostringstream why;
     why << "; " << proposed << " measured slower once, from " << was.from << " at "
         << 1000 * was.measured << " ms/step; now " << now << " at " << 1000 * measured

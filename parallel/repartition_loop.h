@@ -16,9 +16,9 @@
 // migrating): the window starts again after each move. A move whose layout measures slower (the
 // slowest stage's busy time per step) than the one it left by more than the noise margin (the
 // threshold, --repartition-threshold's fraction) is undone at the next decision, and that
-// partition is not applied again from the layout it was undone to while that layout measures
-// within the margin of what it measured then (when the measurements change by more, e.g. a
-// slowdown starts or ends, the rejected partition may be tried again).
+// partition is not applied again from the layout it was undone to unless that layout comes to
+// measure more than kRetryMargins margins (20% by default) above what it measured then (a
+// slowdown began: the rejected partition may be tried again).
 #pragma once
 
 #include <cstdint>
@@ -111,8 +111,10 @@ class RepartitionLoop {
   // be wrong: a layer's time depends on the rank that runs it): when the slowest stage's measured
   // busy time after the policy's last move is above the one before it by more than the margin
   // (config.threshold), the layers move back, and that partition is not applied again from the
-  // layout it left while that layout measures within the margin of its measurement then. A
-  // single noisy window thus neither undoes a move nor locks out a plan for good.
+  // layout it left until that layout measures more than kRetryMargins margins above its
+  // measurement then. A single noisy window thus neither undoes a move nor locks out a plan for
+  // good, and noise alone does not make the loop oscillate between two layouts.
+  static constexpr double kRetryMargins = 4.0;
   void check_measured(const RepartitionInput& in, const Partition& current, RepartitionRecord* r);
   struct Move {
     Partition from;
