@@ -191,13 +191,14 @@ void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition
   for (double b : in.stage_busy_seconds) measured = std::max(measured, b);
   RepartitionDecision& d = r->decision;
   const std::string now = r->current;
-  if (last_move_ && now == last_move_->to && measured > last_move_->measured) {
-    // The policy's last move made the slowest stage slower, as measured: back, and never again.
-    rejected_.insert(now);
+  const double margin = config_.threshold;
+  if (last_move_ && now == last_move_->to && measured > last_move_->measured * (1.0 + margin)) {
+    // The policy's last move made the slowest stage slower, beyond the noise margin: back.
+    rejected_[now] = Rejection{partition_string(last_move_->from, names_), last_move_->measured};
     std::ostringstream why;
     why << "measured slowest stage " << 1000 * measured << " ms/step after the move from "
         << partition_string(last_move_->from, names_) << ", " << 1000 * last_move_->measured
-        << " before it: moving back";
+        << " before it (more than " << 100 * margin << "% slower): moving back";
     d.apply = true;
     d.partition = last_move_->from;
     d.reason = why.str();
@@ -207,10 +208,29 @@ void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition
   last_move_.reset();
   if (!d.apply) return;
   const std::string proposed = partition_string(d.partition, names_);
-  if (rejected_.count(proposed) > 0) {
-    d.apply = false;
-    d.reason += "; but " + proposed + " was tried and measured slower: kept";
-    return;
+  auto rejected = rejected_.find(proposed);
+  if (rejected != rejected_.end()) {
+    const Rejection& was = rejected->second;
+    // Only a layout that got slower by well beyond the noise (kRetryMargins margins: a slowdown
+    // began) makes the old verdict stale; one that measures about the same or faster does not.
+    const double retry = kRetryMargins * margin;
+    const bool same = was.from == now && measured <= was.measured * (1.0 + retry);
+    if (same) {
+      std::ostringstream why;
+      why << "; but " << proposed << " was tried from " << now << " and measured slower, and "
+          << now << " measures " << 1000 * measured << " ms/step, not more than " << 100 * retry
+          << "% above the " << 1000 * was.measured << " it measured then: kept";
+      d.apply = false;
+      d.reason += why.str();
+      return;
+    }
+    // The layout got slower beyond the retry margin (or it is another layout): stale.
+    std::ostringstream why;
+    why << "; " << proposed << " measured slower once, from " << was.from << " at "
+        << 1000 * was.measured << " ms/step; now " << now << " at " << 1000 * measured
+        << ": tried again";
+    d.reason += why.str();
+    rejected_.erase(rejected);
   }
   last_move_ = Move{current, proposed, measured};
 }

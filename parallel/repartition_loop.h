@@ -14,8 +14,11 @@
 // (d - every, d]; the plan reaches every rank with step d + 1; the move goes before step d + 2.
 // No decision is made on a window that a migration cut short (vPIPE: no planning while
 // migrating): the window starts again after each move. A move whose layout measures slower (the
-// slowest stage's busy time per step) than the one it left is undone at the next decision, and
-// that partition is not applied again.
+// slowest stage's busy time per step) than the one it left by more than the noise margin (the
+// threshold, --repartition-threshold's fraction) is undone at the next decision, and that
+// partition is not applied again from the layout it was undone to unless that layout comes to
+// measure more than kRetryMargins margins (20% by default) above what it measured then (a
+// slowdown began: the rejected partition may be tried again).
 // Memory (--memory-policy auto, parallel/memory_replan.h): rank 0 gives the policy the memory
 // planner, so that vpipe scores its candidates with their own swap/recompute plans (Algorithm 1's
 // alternation: parallel/vpipe/repartition.h); any policy's proposal whose smallest plan does not
@@ -114,8 +117,12 @@ class RepartitionLoop {
   std::vector<std::map<std::string, double>> stage_counters() const;
   // Only moves that measure better stay (vPIPE applies only improving plans; the prediction can
   // be wrong: a layer's time depends on the rank that runs it): when the slowest stage's measured
-  // busy time after the policy's last move is above the one before it, the layers move back and
-  // that partition is never proposed again.
+  // busy time after the policy's last move is above the one before it by more than the margin
+  // (config.threshold), the layers move back, and that partition is not applied again from the
+  // layout it left until that layout measures more than kRetryMargins margins above its
+  // measurement then. A single noisy window thus neither undoes a move nor locks out a plan for
+  // good, and noise alone does not make the loop oscillate between two layouts.
+  static constexpr double kRetryMargins = 4.0;
   void check_measured(const RepartitionInput& in, const Partition& current, RepartitionRecord* r);
   // With a memory planner: a decision to move to a partition no plan fits is not applied; an
   // applied one carries its stages' plans.
@@ -125,8 +132,14 @@ class RepartitionLoop {
     std::string to;
     double measured = 0.0;  // the slowest stage's busy seconds per step before the move
   };
-  std::optional<Move> last_move_;   // rank 0
-  std::set<std::string> rejected_;  // rank 0: partitions that measured slower
+  // A move that measured slower: from `from` (measuring `measured` then) to the rejected
+  // partition (the key of rejected_).
+  struct Rejection {
+    std::string from;
+    double measured = 0.0;
+  };
+  std::optional<Move> last_move_;              // rank 0
+  std::map<std::string, Rejection> rejected_;  // rank 0: partitions that measured slower
 
   RepartitionConfig config_;
   std::unique_ptr<RepartitionPolicy> policy_;

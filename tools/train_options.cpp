@@ -285,9 +285,12 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "per-rank speed over time: lines 'rank seconds fraction'), "
                   "\"kind=load,threads=2\" (threads spinning beside the rank), "
                   "\"kind=slow,factor=2\" (each layer's forward and backward take twice as "
-                  "long: a sleep) or \"kind=grow,layers=h.0-h.3,factor=2\" (those layers' "
-                  "compute grows, wherever they are); keys rank=, from=, to= (steps from 1) "
-                  "limit where it applies");
+                  "long: a sleep), \"kind=grow,layers=h.0-h.3,factor=2\" (those layers' "
+                  "compute grows, wherever they are) or \"kind=device,factor=8\" (an emulated "
+                  "device: each layer lasts 8 x its CPU time, so ranks sharing few cores act "
+                  "like devices of their own); factors multiply (device 8 and slow 3 on a rank: "
+                  "24 x the CPU time; on an emulated device a load of N threads adds a factor "
+                  "N + 1); keys rank=, from=, to= (steps from 1) limit where it applies");
   cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
   cmd->add_option("--comm", o.comm,
                   "What carries tensors between MPI processes: nccl (CUDA tensors over NCCL, host "

@@ -70,13 +70,7 @@ class DynpipePolicy : public RepartitionPolicy {
       slowdown = per_rank_slowdown(std::vector<double>(S, 1.0));
       why << "measured layer costs";
     } else if (kind_ == Kind::kNoRf) {
-      std::vector<double> measured(S, 0.0);
-      for (size_t s = 0; s < S; ++s) {
-        for (size_t l = in.partition[s].begin; l < in.partition[s].end; ++l) {
-          measured[s] += 1e3 * in.layer_seconds[l];
-        }
-      }
-      const std::vector<double> f = measured_slowdowns(layers, in.partition, measured, ro);
+      const std::vector<double> f = measured_slowdowns(layers, in.partition, stage_ms(in), ro);
       slowdown = per_rank_slowdown(f);
       why << "measured slowdowns " << join(f);
     } else {
@@ -90,10 +84,21 @@ class DynpipePolicy : public RepartitionPolicy {
           return d;
         }
       }
-      slowdown = make_forest_slowdown(*model_, layers, in.stage_counters);
-      std::vector<double> f;
-      for (size_t s = 0; s < S; ++s) f.push_back(slowdown(static_cast<int>(s), in.partition[s]));
-      why << "predicted slowdowns " << join(f);
+      const SlowdownFn forest = make_forest_slowdown(*model_, layers, in.stage_counters);
+      // The forest's prediction for a rank's current stage, raised to what the stage measured
+      // when it measured slower (policy.h): a slowdown the counters do not show is not ignored.
+      const std::vector<double> measured =
+          measured_slowdowns(layers, in.partition, stage_ms(in), ro);
+      std::vector<double> f, raise;
+      for (size_t s = 0; s < S; ++s) {
+        const double p = forest(static_cast<int>(s), in.partition[s]);
+        f.push_back(p);
+        raise.push_back(std::max(1.0, measured[s] / p));
+      }
+      slowdown = [forest, raise](int rank, LayerRange range) {
+        return forest(rank, range) * raise.at(static_cast<size_t>(rank));
+      };
+      why << "predicted slowdowns " << join(f) << ", measured " << join(measured);
     }
     const Proposal p = dynpipe::propose(in.partition, layers, slowdown, ro);
     d.current_cost = p.current_cycle_ms / 1e3;
@@ -109,6 +114,16 @@ class DynpipePolicy : public RepartitionPolicy {
 
  private:
   static double at(const std::vector<double>& v, size_t i) { return i < v.size() ? v[i] : 0.0; }
+  // Each stage's measured ms per step: the sum of its layers' over the window.
+  static std::vector<double> stage_ms(const RepartitionInput& in) {
+    std::vector<double> out(in.partition.size(), 0.0);
+    for (size_t s = 0; s < in.partition.size(); ++s) {
+      for (size_t l = in.partition[s].begin; l < in.partition[s].end; ++l) {
+        out[s] += 1e3 * in.layer_seconds[l];
+      }
+    }
+    return out;
+  }
   Kind kind_;
   PolicyOptions options_;
   std::unique_ptr<ForestModel> model_;

@@ -18,6 +18,14 @@
 //    share a process and a machine (local ranks) read the same counters: the model then tells the
 //    ranks apart only by the layers they run. A sleep (--inject kind=slow) is not visible in the
 //    counters at all (the rank's threads are idle, not competing); the model sees co-located work.
+//    So the measurement bounds the prediction from below: where a rank's current stage measured
+//    slower (the dynpipe-no-rf slowdown) than the model predicts for it, the rank's predictions
+//    for every candidate are raised by that ratio (the model keeps how the slowdown varies with
+//    the layers placed there, the measurement sets its least level). Where the model predicts
+//    more than was measured, the prediction stands (fresh counters may show a load the window's
+//    times do not yet). The paper's forest takes the per-stage times among its runtime inputs;
+//    without this, a slowdown that leaves no trace in the counters left dynpipe behind
+//    dynpipe-no-rf (tools/bench/dynpipe_recovery.py).
 //  - pipedream-re: PipeDream's partitioner re-run on the per-layer costs measured as they ran
 //    (slowdown included, no slowdown model), at the loop's decisions; with --repartition-every
 //    set to the epoch's steps (the trainer's default for it) that is PipeDream restarted at epoch

@@ -6,6 +6,7 @@
 // injection added.
 #include "parallel/runtime/injector.h"
 
+#include <time.h>
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -31,6 +32,7 @@ const std::vector<KindKeys>& kinds() {
       {"load", {"threads"}},
       {"slow", {"factor"}},
       {"grow", {"layers", "factor"}},
+      {"device", {"factor"}},
   };
   return k;
 }
@@ -161,9 +163,9 @@ std::vector<InjectSpec> parse_inject(const std::string& text) {
         STRATA_CHECK(t >= 1 && t <= 256)
             << "--inject \"" << spec_text << "\": threads must be in 1..256, got " << t;
       }
-    } else if (spec.kind == "slow" || spec.kind == "grow") {
+    } else if (spec.kind == "slow" || spec.kind == "grow" || spec.kind == "device") {
       STRATA_CHECK(spec.kind == "grow" || spec.has("factor"))
-          << "--inject \"" << spec_text << "\": kind=slow needs factor=";
+          << "--inject \"" << spec_text << "\": kind=" << spec.kind << " needs factor=";
       const double f = spec.number("factor", 2.0);
       STRATA_CHECK(f >= 1.0 && f <= 1000.0)
           << "--inject \"" << spec_text << "\": factor must be in [1, 1000], got " << f;
@@ -243,7 +245,7 @@ Injector::Injector(const std::vector<InjectSpec>& specs, int rank, int world_siz
     : rank_(rank), seed_(seed), start_(std::chrono::steady_clock::now()) {
   for (const InjectSpec& s : specs) {
     if (s.kind != "straggler" && s.kind != "trace" && s.kind != "load" && s.kind != "slow" &&
-        s.kind != "grow") {
+        s.kind != "grow" && s.kind != "device") {
       continue;  // handled elsewhere
     }
     STRATA_CHECK(s.rank < world_size) << "--inject \"" << s.text << "\": rank " << s.rank
@@ -253,6 +255,11 @@ Injector::Injector(const std::vector<InjectSpec>& specs, int rank, int world_siz
                                                   [](const auto& o) { return o.kind == "load"; }))
         << "--inject \"" << s.text << "\": rank " << rank << " already has a kind=load spec "
         << "(one per rank; raise threads= instead)";
+    STRATA_CHECK(s.kind != "device" ||
+                 std::none_of(specs_.begin(), specs_.end(),
+                              [](const auto& o) { return o.kind == "device"; }))
+        << "--inject \"" << s.text << "\": rank " << rank << " already has a kind=device spec "
+        << "(one per rank: the emulated device's speed)";
     specs_.push_back(s);
     traces_.push_back(s.kind == "trace" ? read_slowdown_trace(s.values.at("file"), world_size)
                                         : SlowdownTrace{});
@@ -260,6 +267,7 @@ Injector::Injector(const std::vector<InjectSpec>& specs, int rank, int world_siz
     grow_layers_.push_back({0, 0});
     load_threads_.emplace_back();
     load_done_.push_back(0);
+    has_device_ = has_device_ || s.kind == "device";
   }
 }
 
@@ -274,34 +282,77 @@ void Injector::set_layer_names(const std::vector<std::string>& names) {
 
 bool Injector::per_layer() const {
   for (const InjectSpec& s : specs_) {
-    if (s.kind == "slow" || s.kind == "grow") return true;
+    if (s.kind == "slow" || s.kind == "grow" || s.kind == "device") return true;
   }
   return false;
 }
 
-void Injector::after_layer(size_t layer, bool, int64_t step, double seconds) {
+double Injector::thread_cpu_seconds() {
+  timespec t{};
+  STRATA_CHECK(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0)
+      << "--inject kind=device: cannot read the thread's CPU time";
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+void Injector::after_layer(size_t layer, bool backward, int64_t step, double seconds) {
+  // The CPU time of the layer: this thread's since the instruction began (before()) or the last
+  // layer ended, at most the layer's wall time (ops run on this thread; --threads > 1 would count
+  // the pool's time elsewhere, so the least of the two is the bound that holds).
+  double cpu = seconds;
+  if (has_device_) {
+    const double now = thread_cpu_seconds();
+    if (cpu_mark_ >= 0) cpu = std::min(seconds, std::max(0.0, now - cpu_mark_));
+  }
+  after_layer_cpu(layer, backward, step, seconds, cpu);
+  if (has_device_) cpu_mark_ = thread_cpu_seconds();
+}
+
+void Injector::after_layer_cpu(size_t layer, bool, int64_t step, double seconds, double cpu) {
+  // Every factor that applies to this layer now multiplies (module doc): the layer is to last
+  // `target` seconds in all, and the rank sleeps what is left of it.
+  double slow = 1.0, grow = 1.0, device = 0.0, load = 1.0;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const InjectSpec& s = specs_[i];
-    if ((s.kind != "slow" && s.kind != "grow") || !s.applies(rank_, step + 1)) continue;
-    if (s.kind == "grow") {
+    if (!s.applies(rank_, step + 1)) continue;
+    if (s.kind == "slow") {
+      slow *= s.number("factor", 2.0);
+    } else if (s.kind == "grow") {
       STRATA_CHECK(grow_resolved_) << "--inject \"" << s.text << "\": layers not resolved";
-      if (layer < grow_layers_[i].first || layer >= grow_layers_[i].second) continue;
+      if (layer >= grow_layers_[i].first && layer < grow_layers_[i].second) {
+        grow *= s.number("factor", 2.0);
+      }
+    } else if (s.kind == "device") {
+      device = s.number("factor", 1.0);
+    } else if (s.kind == "load") {
+      load = 1.0 + s.number("threads", 1);
     }
-    // The sleep owed: paid once it reaches a millisecond, and what the sleep overshot is
-    // credited, so that the factor holds on average for layers that take microseconds (a sleep
-    // of a few microseconds lasts far longer than asked on a busy machine).
-    double& owed = owed_[{i, layer}];
-    owed += (s.number("factor", 2.0) - 1.0) * seconds;
-    if (owed < 1e-3) continue;
-    const auto start = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(std::chrono::duration<double>(owed));
-    const double slept =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    owed -= slept;
-    ++stats_.injected;
-    stats_.seconds += slept;
-    (s.kind == "slow" ? stats_.slow_seconds : stats_.grow_seconds) += slept;
   }
+  const bool emulated = device > 0.0;
+  if (!emulated) load = 1.0;  // a real load acts through the cores, not through a factor
+  const double base = emulated ? device * cpu : seconds;
+  const double target = base * slow * grow * load;
+  // The sleep owed: paid once it reaches a millisecond, and what the sleep overshot is
+  // credited, so that the factors hold on average for layers that take microseconds (a sleep
+  // of a few microseconds lasts far longer than asked on a busy machine). A layer that already
+  // lasted longer than its emulated time owes nothing (and earns no credit).
+  double& owed = owed_[layer];
+  owed += std::max(0.0, target - seconds);
+  if (owed < 1e-3) return;
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(owed));
+  const double slept =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  owed -= slept;
+  ++stats_.injected;
+  stats_.seconds += slept;
+  // Each kind's share of the sleep: its factor's logarithm over the product's (the emulated
+  // device's factor is the one over the layer's wall time: device x CPU / wall).
+  const double dev = emulated ? std::max(1.0, base / std::max(seconds, 1e-12)) : 1.0;
+  const double logs = std::log(dev) + std::log(slow) + std::log(grow) + std::log(load);
+  if (logs <= 0) return;
+  stats_.slow_seconds += slept * (std::log(slow) / logs);
+  stats_.grow_seconds += slept * (std::log(grow) / logs);
+  stats_.device_seconds += slept * ((std::log(dev) + std::log(load)) / logs);
 }
 
 void Injector::update_load(int64_t step) {
@@ -367,6 +418,7 @@ void Injector::sleep(double seconds) {
 
 void Injector::before(OpCode op, int64_t step, int64_t micro_batch) {
   if (op != OpCode::kForward && op != OpCode::kBackward) return;
+  if (has_device_) cpu_mark_ = thread_cpu_seconds();
   if (!load_threads_.empty()) update_load(step);
   for (size_t i = 0; i < specs_.size(); ++i) {
     const InjectSpec& s = specs_[i];

@@ -43,6 +43,24 @@
 //              moves with a layer that migrates. The arithmetic is unchanged (runs with and
 //              without it train the same weights), the compute grows. Takes no rank= (the
 //              layers' stage is the rank).
+//   device     factor (>= 1, required). An emulated device: every layer's forward and backward of
+//              a training micro-batch on the rank lasts `factor` times its CPU time (this
+//              thread's, measured from the instruction's start or the previous layer's end), the
+//              rank sleeping the rest. With factor large enough that the layers are a small duty
+//              cycle of the cores, ranks sharing few cores behave like ranks on devices of their
+//              own: the run is no longer bound by the cores' total compute, and load from other
+//              processes is absorbed as long as a layer's wall time stays below its emulated time
+//              (a layer that lasts longer owes nothing). Messages and the optimizer run at the
+//              CPU's speed. Default every rank; one per rank.
+// Compounding. The factors of slow, grow and device that apply to a layer multiply: the layer
+// lasts (device ? device x its CPU time : its wall time) x the product of the slow factors x the
+// grow factors that name it, e.g. "kind=device,factor=8; rank=1,kind=slow,factor=3" makes rank
+// 1's layers last 24 x their CPU time, and two slow specs x2 and x3 on a rank make it x6. On an
+// emulated device (a device spec on the rank), kind=load also acts as a factor: a load of N
+// threads shares the device N + 1 ways, the layers last N + 1 times longer (its threads still
+// spin for real, so the rank's counters see them). Without device, load acts only through the
+// cores. trace's sleep, after each instruction, is in proportion to the instruction's time
+// including these sleeps, so it compounds too; straggler delays add.
 // Errors name --inject, the spec and the key.
 #pragma once
 
@@ -102,6 +120,9 @@ class Injector {
     double seconds = 0.0;       // time slept (every kind that sleeps)
     double slow_seconds = 0.0;  // of which kind=slow (slow, grow: as slept, not as owed)
     double grow_seconds = 0.0;  // of which kind=grow
+    // of which kind=device (the emulated device's time, with a load's share on it); slow, grow
+    // and device share a layer's sleep in proportion to the logarithms of their factors
+    double device_seconds = 0.0;
     int load_threads = 0;       // kind=load: the most load threads running at once
     double load_seconds = 0.0;  // kind=load: how long load threads ran
   };
@@ -120,6 +141,12 @@ class Injector {
   // After layer `layer`'s training forward or backward of a micro-batch of step `step` (from 0),
   // which lasted `seconds`.
   void after_layer(size_t layer, bool backward, int64_t step, double seconds);
+  // The same with the layer's CPU time given (after_layer measures it when a device spec
+  // applies): the rank sleeps until the layer has lasted its compounded time (module doc).
+  void after_layer_cpu(size_t layer, bool backward, int64_t step, double seconds,
+                       double cpu_seconds);
+  // This thread's CPU time (seconds).
+  static double thread_cpu_seconds();
   // Stops the load threads (the end of training); stats() then holds their time.
   void stop_load();
   // kind=load: rounds of arithmetic the load threads have done so far (a round: 1e5 steps).
@@ -142,7 +169,9 @@ class Injector {
   std::vector<SlowdownTrace> traces_;     // per spec (empty for other kinds)
   std::vector<int64_t> iteration_drawn_;  // per spec: the last step drawn for op=iteration
   std::vector<std::pair<size_t, size_t>> grow_layers_;  // per spec: kind=grow's layers
-  std::map<std::pair<size_t, size_t>, double> owed_;    // slow, grow: per (spec, layer)
+  std::map<size_t, double> owed_;                       // slow, grow, device: per layer
+  bool has_device_ = false;                             // a kind=device spec applies to this rank
+  double cpu_mark_ = -1.0;  // this thread's CPU time at the instruction's or layer's end
   bool grow_resolved_ = false;
   // kind=load: the running threads, per spec (empty when not running), and when they started.
   void update_load(int64_t step);

@@ -139,6 +139,25 @@ TEST(DynpipePolicy, TheModelPredictsSlowdownsFromEachRanksCounters) {
   }
 }
 
+// A slowdown the counters do not show (a sleep: --inject kind=slow): the model predicts no
+// slowdown anywhere, but rank 1's stage measures 3x its solo time; the measurement raises the
+// prediction and the layers move as dynpipe-no-rf moves them. (Before, dynpipe kept the
+// partition: it saw only the counters.) Quiet counters and even times still keep it.
+TEST(DynpipePolicy, AMeasuredSlowdownTheCountersDoNotShowRaisesThePrediction) {
+  if (!forest_available()) GTEST_SKIP() << "built with -DSTRATA_WITH_XGBOOST=OFF";
+  const std::string dir = fresh_dir("strata_dynpipe_policy_measured");
+  PolicyOptions o = options("dynpipe");
+  o.model_path = write_forest(dir);
+  auto policy = make_policy(o);
+  const std::vector<std::map<std::string, double>> quiet = {counters(1), counters(1)};
+  const RepartitionDecision keep = policy->propose(window({0.01, 0.01, 0.01, 0.01}, quiet));
+  EXPECT_FALSE(keep.apply) << keep.reason;
+  const RepartitionDecision d = policy->propose(window({0.01, 0.01, 0.03, 0.03}, quiet));
+  ASSERT_TRUE(d.apply) << d.reason;
+  EXPECT_EQ(d.partition, (Partition{{0, 3}, {3, 4}})) << d.reason;
+  EXPECT_NE(d.reason.find("measured 1,3"), std::string::npos) << d.reason;
+}
+
 TEST(DynpipePolicy, RefusesABadModelFileUnlessAskedToFallBack) {
   if (!forest_available()) GTEST_SKIP() << "built with -DSTRATA_WITH_XGBOOST=OFF";
   const std::string dir = fresh_dir("strata_dynpipe_policy_files");

@@ -244,6 +244,65 @@ TEST(Inject, SlowSleepsFactorMinusOneTimesEachLayer) {
   EXPECT_FALSE(Injector(parse_inject("kind=straggler,p=1,delay=0"), 0, 1, 0).per_layer());
 }
 
+// Factors compound: two slow specs x2 and x3 on one rank make its layers last 6x (5x the
+// layer's time slept), not 4x (their extra times added).
+TEST(Inject, SlowFactorsOnOneRankMultiply) {
+  Injector injector(parse_inject("kind=slow,factor=2,rank=0; kind=slow,factor=3,rank=0"), 0, 1, 0);
+  const auto start = std::chrono::steady_clock::now();
+  injector.after_layer(0, false, 0, 0.004);
+  const double slept =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(slept, 0.02);
+  EXPECT_GE(injector.stats().slow_seconds, 0.02);
+  EXPECT_EQ(injector.stats().device_seconds, 0.0);
+}
+
+// device: a layer lasts factor x its CPU time (the rank sleeps the rest of it); a slow spec and,
+// on the emulated device, a load multiply on top; a layer already longer owes nothing.
+TEST(Inject, DeviceEmulatesLayersAsAFactorOfTheirCpuTime) {
+  Injector device(parse_inject("kind=device,factor=8"), 1, 2, 0);
+  ASSERT_TRUE(device.per_layer());
+  // 1 ms of CPU in 2 ms of wall time: the layer is to last 8 ms, 6 ms slept. (Each call another
+  // layer: a sleep's overshoot is credited to its layer's next one.)
+  size_t layer = 0;
+  auto slept = [&layer](Injector& inj, int64_t step, double wall, double cpu) {
+    const double before = inj.stats().seconds;
+    inj.after_layer_cpu(layer++, false, step, wall, cpu);
+    return inj.stats().seconds - before;
+  };
+  const double plain = slept(device, 0, 0.002, 0.001);
+  EXPECT_GE(plain, 0.006);
+  EXPECT_LT(plain, 0.006 + 0.05);  // a sleep overshoots, not by this much on any machine
+  EXPECT_EQ(device.stats().device_seconds, device.stats().seconds);
+  // The wall time beyond the emulated time: nothing owed, nothing credited.
+  EXPECT_EQ(slept(device, 0, 0.009, 0.001), 0.0);
+  Injector both(parse_inject("kind=device,factor=8; rank=0,kind=slow,factor=3,from=2"), 0, 2, 0);
+  EXPECT_GE(slept(both, 0, 0.002, 0.001), 0.006);  // step 1: device only
+  // From step 2: 8 x 3 x 1 ms = 24 ms, 22 ms slept, split between the kinds by log factor.
+  const double compounded = slept(both, 1, 0.002, 0.001);
+  EXPECT_GE(compounded, 0.022);
+  EXPECT_GT(both.stats().slow_seconds, 0.0);
+  EXPECT_GT(both.stats().device_seconds, both.stats().slow_seconds);
+  EXPECT_NEAR(both.stats().slow_seconds + both.stats().device_seconds, both.stats().seconds, 1e-9);
+  // A load of 2 threads on an emulated device: x3 (8 x 3 x 1 ms = 24 ms).
+  Injector loaded(parse_inject("kind=device,factor=8; rank=0,kind=load,threads=2,from=3"), 0, 1, 0);
+  EXPECT_GE(slept(loaded, 0, 0.002, 0.001), 0.006);
+  EXPECT_GE(slept(loaded, 2, 0.002, 0.001), 0.022);
+  loaded.stop_load();
+  // Without a device spec a load is no factor (it acts through the cores).
+  Injector slow_load(parse_inject("kind=slow,factor=2; kind=load,threads=1"), 0, 1, 0);
+  EXPECT_LT(slept(slow_load, 0, 0.002, 0.002), 0.002 + 0.05);
+  // The thread's CPU time is what after_layer measures: it advances with work.
+  const double t0 = Injector::thread_cpu_seconds();
+  volatile double x = 1;
+  for (int i = 0; i < 2000000; ++i) x = x * 1.0000001 + 1e-9;
+  EXPECT_GT(Injector::thread_cpu_seconds(), t0);
+  expect_error([] { parse_inject("kind=device"); }, {"--inject", "kind=device needs factor="});
+  expect_error([] { parse_inject("kind=device,factor=0.5"); }, {"factor must be in [1, 1000]"});
+  expect_error([] { Injector(parse_inject("kind=device,factor=2;kind=device,factor=3"), 0, 1, 0); },
+               {"--inject", "already has a kind=device spec"});
+}
+
 // grow: only the named layers, from their step on, on whichever rank runs them.
 TEST(Inject, GrowSlowsOnlyItsLayers) {
   Injector injector(parse_inject("kind=grow,layers=h.0-h.1,from=3"), 1, 2, 0);

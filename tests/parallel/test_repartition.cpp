@@ -187,6 +187,70 @@ TEST(RepartitionLoop, AMoveThatMeasuresSlowerIsUndoneAndNotTriedAgain) {
   EXPECT_FALSE(loop.due(13));
 }
 
+// The undo rule under noise (the default margin, 5%): a move measured slower by less than the
+// margin stays; a partition rejected once is tried again when the layout it was rejected from
+// measures more than 4 margins above its measurement then (here a slowdown began), not after
+// noise. The old rule (any slower window undoes, a rejection lasts forever) fails both halves.
+TEST(RepartitionLoop, NoiseBelowTheMarginNeitherUndoesNorLocksOutAMove) {
+  RepartitionConfig config;
+  config.policy = "vpipe";
+  config.every = 4;
+  ASSERT_DOUBLE_EQ(config.threshold, 0.05);
+  const RepartitionLoop::Ranges start{{0, 2}, {2, 4}}, moved{{0, 3}, {3, 4}};
+  auto sums = [](std::vector<double> layers, std::vector<double> busy) {
+    std::vector<double> v;
+    for (double x : layers) v.push_back(3 * x);
+    for (double x : busy) v.push_back(3 * x);
+    v.push_back(3);
+    v.resize(v.size() + 2 * layers.size(), 0.0);
+    return v;
+  };
+  {
+    SCOPED_TRACE("a move measured 3% slower once stays");
+    RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
+    auto first = loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
+    ASSERT_TRUE(first && first->decision.apply);
+    EXPECT_FALSE(loop.absorb(4, {1, 3}, start));
+    loop.migrated();
+    auto after = loop.absorb(7, sums({1, 1, 3, 3}, {6.18, 3}), moved);
+    ASSERT_TRUE(after);
+    EXPECT_FALSE(after->decision.apply) << after->decision.reason;
+    EXPECT_EQ(after->decision.reason.find("moving back"), std::string::npos)
+        << after->decision.reason;
+  }
+  {
+    SCOPED_TRACE("a rejected move is tried again once the measurements change");
+    RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
+    ASSERT_TRUE(loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start)->decision.apply);
+    EXPECT_FALSE(loop.absorb(4, {1, 3}, start));
+    loop.migrated();
+    auto back = loop.absorb(7, sums({1, 1, 3, 3}, {7, 3}), moved);
+    ASSERT_TRUE(back && back->decision.apply);
+    EXPECT_NE(back->decision.reason.find("moving back"), std::string::npos);
+    EXPECT_FALSE(loop.absorb(8, {1, 2}, moved));
+    loop.migrated();
+    // Noise: 10% below or above the 6 ms it measured (the retry margin is 4 x 5%): still kept,
+    // so the loop does not oscillate between the two layouts.
+    int64_t step = 11;
+    for (double slowest : {5.4, 6.6}) {
+      auto kept = loop.absorb(step, sums({1, 1, slowest / 2, slowest / 2}, {2, slowest}), start);
+      ASSERT_TRUE(kept);
+      EXPECT_FALSE(kept->decision.apply) << slowest << ": " << kept->decision.reason;
+      EXPECT_NE(kept->decision.reason.find("measured slower"), std::string::npos)
+          << kept->decision.reason;
+      EXPECT_FALSE(loop.absorb(step + 1, {0, 0}, start));
+      step += 4;
+    }
+    // Stage 1 slowed 1.5x: the start now measures 9, the same move predicts 6.5: applied.
+    auto again = loop.absorb(step, sums({1, 1, 4.5, 4.5}, {2, 9}), start);
+    ASSERT_TRUE(again);
+    EXPECT_TRUE(again->decision.apply) << again->decision.reason;
+    EXPECT_EQ(again->proposed, "a-c,d");
+    EXPECT_NE(again->decision.reason.find("tried again"), std::string::npos)
+        << again->decision.reason;
+  }
+}
+
 TEST(RepartitionLoop, OffDoesNothingAndUnsupportedRunsAreRefused) {
   RepartitionLoop loop(RepartitionConfig{}, {"a", "b"}, 0, 0, 2, 1, 10);
   EXPECT_FALSE(loop.active());

@@ -11,19 +11,29 @@ from step --from-step, with static async-1f1b against the three re-partition pol
   dynpipe        --repartition dynpipe every --every steps with --slowdown-model (fitted on this
                  machine: strata profile --colocation + strata fit-slowdown)
 
-All re-partitioning runs are async-1f1b with --migration restart. Workloads:
+All re-partitioning runs are async-1f1b with --migration restart. Ranks (--ranks): mpi (default:
+mpirun --oversubscribe -np 4, one process per rank, each reading its own /proc counters) or local
+(threads of one process, sharing them). Modes (--modes, recovery_common.py): emulated (every rank
+an emulated device, --inject "kind=device,factor=X": each layer lasts X times its CPU time, the
+slowdowns multiply on top) and real (ranks at the cores' speed, sharing the cores). Workloads:
 
-  slow   --inject "rank=R,from=F,kind=slow,factor=X": the rank sleeps (X - 1) times each layer's
-         time: the meaningful kind here (a sleep leaves the shared cores to the other ranks).
-  load   --inject "rank=R,from=F,kind=load,threads=N": spinning threads; local ranks are threads
-         of one process on this machine's few cores, so the load slows every rank, not only R.
+  slow   --inject "rank=R,from=F,kind=slow,factor=X": the rank computes X times slower (a sleep).
+  load   --inject "rank=R,from=F,kind=load,threads=N": N threads spinning in rank R's process.
+         real: they compete for the cores with every rank on this machine's few cores;
+         emulated: they also share R's emulated device N + 1 ways (a factor N + 1 on its layers).
+
+The start partition (--partition measured, the default) is balanced on this machine's measured
+layer costs, per mode: --probe-runs runs with pipedream-re record each layer's time per step, and
+the contiguous 4-stage partition of their medians with the least slowest stage is the start, so a
+policy gains only by reacting to the slowdown (the "none" row shows what moving costs or gains
+without one).
 
 Per system: the median seconds per step over the steps after --settle steps past the slowdown's
 start, the time (s) and step at which the mean loss of the last --loss-window steps first falls
 to --target-loss, and the moves made; medians of --repeats interleaved runs.
 
-  tools/bench/dynpipe_recovery.py build/strata --model forest.json [--steps 160] [--repeats 2]
-      [--workloads none,slow:3,slow:8,load] [--rank 0]
+  tools/bench/dynpipe_recovery.py build/strata --model forest.json [--steps 160] [--repeats 3]
+      [--workloads none,slow:3,slow:8,load] [--rank 1] [--modes emulated,real] [--ranks mpi]
 """
 import argparse
 import os
@@ -32,7 +42,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vpipe_recovery import run, step_times as step_seconds  # noqa: E402
+from recovery_common import (device_spec, join_specs, launcher, loadavg,  # noqa: E402
+                             measure_balanced, run, step_times as step_seconds)
+
+NAMES = ["conv1", "bn1", "relu1", "pool1", "conv2", "bn2", "relu2", "pool2", "flatten", "fc1",
+         "relu3", "fc2"]
 
 
 def train_records(records):
@@ -57,26 +71,35 @@ def main():
     ap.add_argument("--settle", type=int, default=25)
     ap.add_argument("--every", type=int, default=10, help="dynpipe's --repartition-every")
     ap.add_argument("--epoch-steps", type=int, default=40, help="pipedream-re's 'epoch'")
-    ap.add_argument("--partition", default="conv1-pool1,conv2,bn2-pool2,flatten-fc2",
-                    help="the start (stage 0 the heaviest, as measured here)")
-    ap.add_argument("--rank", type=int, default=0,
-                    help="the slowed rank (stage 0, conv1-pool1, is the heaviest here)")
+    ap.add_argument("--partition", default="measured",
+                    help="the start: measured (balanced on the probe's layer costs) or a "
+                         "--partition text")
+    ap.add_argument("--probe-steps", type=int, default=60)
+    ap.add_argument("--probe-runs", type=int, default=2)
+    ap.add_argument("--rank", type=int, default=1, help="the slowed rank")
+    ap.add_argument("--ranks", default="mpi", help="mpi (one process per rank) or local")
+    ap.add_argument("--modes", default="emulated,real", help="emulated, real")
+    ap.add_argument("--device-factor", type=float, default=8.0,
+                    help="emulated: each layer lasts this many times its CPU time")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--factor", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=2, help="load threads")
     ap.add_argument("--target-loss", type=float, default=0.5)
     ap.add_argument("--loss-window", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--train-samples", type=int, default=16384)
     ap.add_argument("--workloads", default="none,slow:3,slow:8,load",
                     help="none, slow[:FACTOR], load")
     a = ap.parse_args()
-    base = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
-            "60000", "--test-samples", "64", "--stages", "4", "--local", "--threads", "1",
-            "--batch-size", str(a.batch_size), "--micro-batches", str(a.micro_batches),
-            "--steps", str(a.steps), "--partition", a.partition, "--seed", "1",
-            "--schedule", "async-1f1b", "--optimizer", "sgd", "--lr", "0.02", "--momentum", "0.9"]
+    prefix, local = launcher(a.ranks, 4)
+    common = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
+              str(a.train_samples), "--test-samples", "64", "--stages", "4", "--threads", "1",
+              "--batch-size", str(a.batch_size), "--micro-batches", str(a.micro_batches),
+              "--seed", "1", "--schedule", "async-1f1b", "--optimizer", "sgd", "--lr", "0.02",
+              "--momentum", "0.9"] + local
     f, r = a.from_step, a.rank
+
     def spec(key):
         """none, slow:FACTOR (or slow: --factor), load (--threads)."""
         if key == "none":
@@ -99,43 +122,65 @@ def main():
                      "--migration", "restart", "--slowdown-model", a.model]),
     ]
     tmp = tempfile.mkdtemp(prefix="dynpipe_recovery_")
-    print("load average at start: %s" % open("/proc/loadavg").read().split()[:3])
-    print("cnn tiny (Fashion-MNIST), 4 local stages from %s, async-1f1b, batch %d in %d "
-          "micro-batches, SGD lr 0.02 momentum 0.9, %d steps; interference on rank %d from step "
-          "%d; step time: median over steps %d..%d; time to loss: the mean loss of %d steps <= %g; "
-          "medians of %d interleaved runs\n"
-          % (a.partition, a.batch_size, a.micro_batches, a.steps, r, f, f + a.settle, a.steps,
-             a.loss_window, a.target_loss, a.repeats))
-    print("| workload | system | s/step (after settle) | vs static | time to loss (s) | "
-          "step | moves | final partition (last run) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for key in a.workloads.split(","):
-        name, inject = spec(key)
-        res = {s: {"step": [], "ttl": [], "ttl_step": [], "moves": 0, "final": ""}
-               for s, _ in systems}
-        for rep in range(a.repeats):
-            for sname, extra in systems:
-                args = base + extra + (["--inject", inject] if inject else [])
-                recs = run(a.strata, args, os.path.join(tmp, "%s_%d.jsonl" % (key, rep)))
-                t = step_seconds(recs)
-                res[sname]["step"].append(
-                    statistics.median(t[s] for s in t if s >= f + a.settle))
-                ttl, ttl_step = time_to_loss(recs, a.target_loss, a.loss_window)
-                res[sname]["ttl"].append(ttl if ttl is not None else float("inf"))
-                res[sname]["ttl_step"].append(ttl_step if ttl_step is not None else -1)
-                moves = [m for m in recs if m["type"] == "migration"]
-                res[sname]["moves"] = max(res[sname]["moves"], len(moves))
-                res[sname]["final"] = moves[-1]["partition"] if moves else "(no move)"
-        static = statistics.median(res[systems[0][0]]["step"])
-        for sname, _ in systems:
-            s = res[sname]
-            step = statistics.median(s["step"])
-            ttl = statistics.median(s["ttl"])
-            print("| %s | %s | %.4f | %+.0f%% | %s | %s | %d | %s |"
-                  % (name, sname, step, 100 * (step / static - 1),
-                     "%.1f" % ttl if ttl != float("inf") else "not reached",
-                     "/".join(str(x) for x in s["ttl_step"]), s["moves"], s["final"]))
-    print("\nload average at end: %s" % open("/proc/loadavg").read().split()[:3])
+    for mode in a.modes.split(","):
+        device = device_spec(mode, a.device_factor)
+        print("== mode %s: %s; ranks: %s ==" % (
+            mode, "every rank an emulated device (--inject \"%s\"): a layer lasts %g x its CPU "
+            "time, the slowdowns below multiply on top" % (device, a.device_factor)
+            if device else "ranks compute at the cores' speed and share this machine's cores",
+            "MPI, one process per rank (mpirun --oversubscribe -np 4)" if prefix else
+            "local (threads of one process)"))
+        print("load average at start: %s" % loadavg())
+        partition = a.partition
+        if partition == "measured":
+            partition, costs, slowest = measure_balanced(
+                a.strata, common, device, prefix, NAMES, 4, a.probe_steps, 10, tmp, mode,
+                a.probe_runs)
+            print("start partition %s: balanced on the measured per-step layer ms (%s), slowest "
+                  "stage %.2f ms/step (medians over the windows of %d pipedream-re probe runs of "
+                  "%d steps)" % (partition, " ".join("%s %.2f" % (n, c) for n, c in
+                                                     zip(NAMES, costs)), slowest, a.probe_runs,
+                                 a.probe_steps))
+        base = common + ["--steps", str(a.steps), "--partition", partition]
+        print("cnn tiny (Fashion-MNIST), 4 stages from %s, async-1f1b, batch %d in %d "
+              "micro-batches, SGD lr 0.02 momentum 0.9, %d steps; interference on rank %d from "
+              "step %d; step time: median over steps %d..%d; time to loss: the mean loss of %d "
+              "steps <= %g; medians of %d interleaved runs\n"
+              % (partition, a.batch_size, a.micro_batches, a.steps, r, f, f + a.settle, a.steps,
+                 a.loss_window, a.target_loss, a.repeats))
+        print("| workload | system | s/step (after settle) | vs static | time to loss (s) | "
+              "step | moves | final partition (last run) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for key in a.workloads.split(","):
+            name, inject = spec(key)
+            res = {s: {"step": [], "ttl": [], "ttl_step": [], "moves": 0, "final": ""}
+                   for s, _ in systems}
+            for rep in range(a.repeats):
+                for sname, extra in systems:
+                    both = join_specs(device, inject)
+                    args = base + extra + (["--inject", both] if both else [])
+                    recs = run(a.strata, args,
+                               os.path.join(tmp, "%s_%s_%d.jsonl" % (mode, key, rep)), prefix)
+                    t = step_seconds(recs)
+                    res[sname]["step"].append(
+                        statistics.median(t[s] for s in t if s >= f + a.settle))
+                    ttl, ttl_step = time_to_loss(recs, a.target_loss, a.loss_window)
+                    res[sname]["ttl"].append(ttl if ttl is not None else float("inf"))
+                    res[sname]["ttl_step"].append(ttl_step if ttl_step is not None else -1)
+                    moves = [m for m in recs if m["type"] == "migration"]
+                    res[sname]["moves"] = max(res[sname]["moves"], len(moves))
+                    res[sname]["final"] = moves[-1]["partition"] if moves else "(no move)"
+            static = statistics.median(res[systems[0][0]]["step"])
+            for sname, _ in systems:
+                s = res[sname]
+                step = statistics.median(s["step"])
+                ttl = statistics.median(s["ttl"])
+                print("| %s | %s | %.4f | %+.0f%% | %s | %s | %d | %s |"
+                      % (name, sname, step, 100 * (step / static - 1),
+                         "%.2f" % ttl if ttl != float("inf") else "not reached",
+                         "/".join(str(x) for x in s["ttl_step"]), s["moves"], s["final"]),
+                      flush=True)
+        print("\nload average at end: %s\n" % loadavg(), flush=True)
 
 
 if __name__ == "__main__":

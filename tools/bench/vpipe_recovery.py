@@ -12,6 +12,13 @@ during training, with a static partition against --repartition vpipe, in three w
   grow   --inject "from=F,kind=grow,layers=A-B,factor=X": those layers' compute grows X times
          from step F (vPIPE's dynamic model), wherever they are.
 
+Ranks (--ranks): mpi (default: mpirun --oversubscribe -np 2, one process per rank) or local
+(threads of one process). Modes (--modes, recovery_common.py): emulated (every rank an emulated
+device, --inject "kind=device,factor=X": each layer lasts X times its CPU time; the kinds above
+multiply on top, and a load of N threads on an emulated device is a factor N + 1 besides its
+spinning threads) and real. The start partition (--partition measured, the default) is balanced
+on the layer costs measured here per mode (recovery_common.measure_balanced).
+
 For each, the throughput (samples/s) over the steps after `--settle` steps past the slowdown's
 start, static vs repartition (medians of --repeats interleaved runs), and the partition the loop
 ended in. With --timeline, also the per-step time around a scripted migration (--migrate-at):
@@ -24,34 +31,18 @@ async-1f1b without a move: measured runs, medians per step.
   tools/bench/vpipe_recovery.py build/strata [--steps 60] [--repeats 3] [--timeline] [--timeline-only]
 """
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from recovery_common import (device_spec, join_specs, launcher, loadavg,  # noqa: E402
+                             measure_balanced, run, step_times)
+
 NAMES = ["conv1", "bn1", "relu1", "pool1", "conv2", "bn2", "relu2", "pool2", "flatten", "fc1",
          "relu3", "fc2"]
-
-
-def run(strata, args, metrics):
-    cmd = [strata, "train"] + args + ["--metrics", metrics, "--progress", "off", "--log-every", "1"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        sys.exit("failed: " + " ".join(cmd) + "\n" + p.stdout[-3000:])
-    with open(metrics) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def step_times(records):
-    """Per step (counted from 1): seconds, from the train records' elapsed time."""
-    train = sorted((r for r in records if r["type"] == "train"), key=lambda r: r["step"])
-    out, last = {}, 0.0
-    for r in train:
-        out[r["step"]] = r["elapsed_s"] - last
-        last = r["elapsed_s"]
-    return out
 
 
 def throughput(records, first_step, batch):
@@ -76,8 +67,15 @@ def main():
     ap.add_argument("--settle", type=int, default=30,
                     help="steps after the slowdown's start left out of the throughput")
     ap.add_argument("--every", type=int, default=10, help="--repartition-every")
-    ap.add_argument("--partition", default="conv1-pool1,conv2-fc2",
-                    help="the start (balanced as measured here without a slowdown)")
+    ap.add_argument("--partition", default="measured",
+                    help="the start: measured (balanced on the probe's layer costs) or a "
+                         "--partition text")
+    ap.add_argument("--probe-steps", type=int, default=60)
+    ap.add_argument("--probe-runs", type=int, default=2)
+    ap.add_argument("--ranks", default="mpi", help="mpi (one process per rank) or local")
+    ap.add_argument("--modes", default="emulated,real", help="emulated, real")
+    ap.add_argument("--device-factor", type=float, default=8.0,
+                    help="emulated: each layer lasts this many times its CPU time")
     ap.add_argument("--grow-layers", default="bn2-fc2")
     ap.add_argument("--grow-factor", type=float, default=8.0)
     ap.add_argument("--batch-size", type=int, default=64)
@@ -85,13 +83,15 @@ def main():
     ap.add_argument("--factor", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=2, help="load threads")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--train-samples", type=int, default=16384)
     ap.add_argument("--timeline", action="store_true")
     ap.add_argument("--timeline-only", action="store_true", help="--timeline without the table")
     a = ap.parse_args()
-    base = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
-            "60000", "--test-samples", "64", "--stages", "2", "--local", "--threads", "1",
-            "--batch-size", str(a.batch_size), "--micro-batches", str(a.micro_batches),
-            "--steps", str(a.steps), "--partition", a.partition, "--seed", "1"]
+    prefix, local = launcher(a.ranks, 2)
+    common = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
+              str(a.train_samples), "--test-samples", "64", "--stages", "2", "--threads", "1",
+              "--batch-size", str(a.batch_size), "--micro-batches", str(a.micro_batches),
+              "--seed", "1"] + local
     f = a.from_step
     workloads = [
         ("none (no slowdown)", ""),
@@ -102,61 +102,94 @@ def main():
          "from=%d,kind=grow,layers=%s,factor=%g" % (f, a.grow_layers, a.grow_factor)),
     ]
     tmp = tempfile.mkdtemp(prefix="vpipe_recovery_")
-    print("load average at start: %s" % open("/proc/loadavg").read().split()[:3])
-    print("model cnn tiny (Fashion-MNIST), 2 local stages, start partition %s, "
-          "1f1b, batch %d in %d micro-batches, %d steps; slowdown from step %d; throughput over "
-          "steps %d..%d; --repartition-every %d; medians of %d interleaved runs\n"
-          % (a.partition, a.batch_size, a.micro_batches, a.steps, f, f + a.settle, a.steps, a.every,
-             a.repeats))
-    rows = []
     if a.timeline_only:
-        a.timeline, workloads = True, []
-    for name, spec in workloads:
-        res = {"static": [], "vpipe": []}
-        final = ""
-        decisions = 0
-        for rep in range(a.repeats):
-            for system in ("static", "vpipe"):
-                extra = ["--schedule", "1f1b"] + (["--inject", spec] if spec else [])
-                if system == "vpipe":
-                    extra += ["--repartition", "vpipe", "--repartition-every", str(a.every)]
-                recs = run(a.strata, base + extra, os.path.join(tmp, "%s_%d.jsonl" % (system, rep)))
-                res[system].append(throughput(recs, f + a.settle, a.batch_size))
-                if system == "vpipe":
-                    moves = [r for r in recs if r["type"] == "migration"]
-                    decisions = max(decisions, len(moves))
-                    final = moves[-1]["partition"] if moves else a.partition + " (no move)"
-        s, v = statistics.median(res["static"]), statistics.median(res["vpipe"])
-        rows.append((name, s, v, v / s, decisions, final))
-    if rows:
-        print_table(rows)
-    if a.timeline:
-        k = a.steps // 2
-        print("\nper-step seconds around a migration after %d steps (conv2 moves to stage 0: "
-              "--migrate-at %d:conv1-conv2,bn2-fc2; no slowdown; medians of %d runs)"
-              % (k, k, a.repeats))
-        move = ["--migrate-at", "%d:conv1-conv2,bn2-fc2" % k]
-        cases = [("1f1b, move (live)", ["--schedule", "1f1b"] + move),
-                 ("async-1f1b, no move", ["--schedule", "async-1f1b"]),
-                 ("async-1f1b, move (restart)",
-                  ["--schedule", "async-1f1b", "--migration", "restart"] + move),
-                 ("async-1f1b, move (live)",
-                  ["--schedule", "async-1f1b", "--migration", "live"] + move),
-                 ("async-1f1b, move (live, whole tensors, no window)",
-                  ["--schedule", "async-1f1b", "--migration", "live", "--migration-chunk-mb", "0",
-                   "--migration-window-mb", "0"] + move)]
-        times = {c: [] for c, _ in cases}
-        for rep in range(a.repeats):
-            for c, extra in cases:
-                recs = run(a.strata, base + extra, os.path.join(tmp, "tl_%d.jsonl" % rep))
-                times[c].append(step_times(recs))
-        window = list(range(k - 2, k + 4))
-        print("| case | " + " | ".join("step %d" % (s + 1) for s in window) + " |")
-        print("|---|" + "---|" * len(window))
-        for c, _ in cases:
-            cells = [statistics.median(t[s + 1] for t in times[c]) for s in window]
-            print("| %s | " % c + " | ".join("%.3f" % x for x in cells) + " |")
-    print("\nload average at end: %s" % open("/proc/loadavg").read().split()[:3])
+        partition = "conv1-pool1,conv2-fc2" if a.partition == "measured" else a.partition
+        print("load average at start: %s" % loadavg())
+        timeline(a, common + ["--steps", str(a.steps), "--partition", partition], prefix, tmp)
+        print("\nload average at end: %s" % loadavg())
+        return
+    for mode in a.modes.split(","):
+        device = device_spec(mode, a.device_factor)
+        print("== mode %s: %s; ranks: %s ==" % (
+            mode, "every rank an emulated device (--inject \"%s\"): a layer lasts %g x its CPU "
+            "time, the slowdowns multiply on top" % (device, a.device_factor)
+            if device else "ranks compute at the cores' speed and share this machine's cores",
+            "MPI, one process per rank (mpirun --oversubscribe -np 2)" if prefix else
+            "local (threads of one process)"))
+        print("load average at start: %s" % loadavg())
+        partition = a.partition
+        if partition == "measured":
+            partition, costs, slowest = measure_balanced(
+                a.strata, common + ["--schedule", "1f1b"], device, prefix, NAMES, 2,
+                a.probe_steps, 10, tmp, mode, a.probe_runs)
+            print("start partition %s: balanced on the measured per-step layer ms (%s), slowest "
+                  "stage %.2f ms/step (medians over the windows of %d pipedream-re probe runs of "
+                  "%d steps)" % (partition, " ".join("%s %.2f" % (n, c) for n, c in
+                                                     zip(NAMES, costs)), slowest, a.probe_runs,
+                                 a.probe_steps))
+        base = common + ["--steps", str(a.steps), "--partition", partition]
+        print("model cnn tiny (Fashion-MNIST), 2 stages, start partition %s, "
+              "1f1b, batch %d in %d micro-batches, %d steps; slowdown from step %d; throughput "
+              "over steps %d..%d; --repartition-every %d; medians of %d interleaved runs\n"
+              % (partition, a.batch_size, a.micro_batches, a.steps, f, f + a.settle, a.steps,
+                 a.every, a.repeats))
+        rows = []
+        for name, spec in workloads:
+            res = {"static": [], "vpipe": []}
+            final = ""
+            decisions = 0
+            for rep in range(a.repeats):
+                for system in ("static", "vpipe"):
+                    both = join_specs(device, spec)
+                    extra = ["--schedule", "1f1b"] + (["--inject", both] if both else [])
+                    if system == "vpipe":
+                        extra += ["--repartition", "vpipe", "--repartition-every", str(a.every)]
+                    recs = run(a.strata, base + extra,
+                               os.path.join(tmp, "%s_%s_%d.jsonl" % (mode, system, rep)), prefix)
+                    res[system].append(throughput(recs, f + a.settle, a.batch_size))
+                    if system == "vpipe":
+                        moves = [r for r in recs if r["type"] == "migration"]
+                        decisions = max(decisions, len(moves))
+                        final = moves[-1]["partition"] if moves else partition + " (no move)"
+            s, v = statistics.median(res["static"]), statistics.median(res["vpipe"])
+            rows.append((name, s, v, v / s, decisions, final))
+        print("| workload | static samples/s | --repartition vpipe samples/s | speedup | moves | "
+              "final partition (last run) |")
+        print("|---|---|---|---|---|---|")
+        for name, s, v, x, d, p in rows:
+            print("| %s | %.1f | %.1f | %.2fx | %d | %s |" % (name, s, v, x, d, p))
+        print("\nload average at end: %s\n" % loadavg(), flush=True)
+        if a.timeline:
+            timeline(a, base, prefix, tmp)
+
+
+def timeline(a, base, prefix, tmp):
+    """Per-step time around a scripted migration: measured runs, medians per step."""
+    k = a.steps // 2
+    print("\nper-step seconds around a migration after %d steps (conv2 moves to stage 0: "
+          "--migrate-at %d:conv1-conv2,bn2-fc2; no slowdown; medians of %d runs)"
+          % (k, k, a.repeats))
+    move = ["--migrate-at", "%d:conv1-conv2,bn2-fc2" % k]
+    cases = [("1f1b, move (live)", ["--schedule", "1f1b"] + move),
+             ("async-1f1b, no move", ["--schedule", "async-1f1b"]),
+             ("async-1f1b, move (restart)",
+              ["--schedule", "async-1f1b", "--migration", "restart"] + move),
+             ("async-1f1b, move (live)",
+              ["--schedule", "async-1f1b", "--migration", "live"] + move),
+             ("async-1f1b, move (live, whole tensors, no window)",
+              ["--schedule", "async-1f1b", "--migration", "live", "--migration-chunk-mb", "0",
+               "--migration-window-mb", "0"] + move)]
+    times = {c: [] for c, _ in cases}
+    for rep in range(a.repeats):
+        for c, extra in cases:
+            recs = run(a.strata, base + extra, os.path.join(tmp, "tl_%d.jsonl" % rep), prefix)
+            times[c].append(step_times(recs))
+    window = list(range(k - 2, k + 4))
+    print("| case | " + " | ".join("step %d" % (s + 1) for s in window) + " |")
+    print("|---|" + "---|" * len(window))
+    for c, _ in cases:
+        cells = [statistics.median(t[s + 1] for t in times[c]) for s in window]
+        print("| %s | " % c + " | ".join("%.3f" % x for x in cells) + " |")
 
 
 if __name__ == "__main__":
