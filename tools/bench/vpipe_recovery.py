@@ -33,7 +33,6 @@ async-1f1b without a move: measured runs, medians per step.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
