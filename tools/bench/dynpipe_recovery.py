@@ -42,8 +42,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from recovery_common import (device_spec, join_specs, launcher, loadavg,  # noqa: E402
-                             measure_balanced, run, step_times as step_seconds)
+from recovery_common import (join_specs, launcher, loadavg, run, start_mode,  # noqa: E402
+                             step_times as step_seconds)
 
 NAMES = ["conv1", "bn1", "relu1", "pool1", "conv2", "bn2", "relu2", "pool2", "flatten", "fc1",
          "relu3", "fc2"]
@@ -123,24 +123,7 @@ def main():
     ]
     tmp = tempfile.mkdtemp(prefix="dynpipe_recovery_")
     for mode in a.modes.split(","):
-        device = device_spec(mode, a.device_factor)
-        print("== mode %s: %s; ranks: %s ==" % (
-            mode, "every rank an emulated device (--inject \"%s\"): a layer lasts %g x its CPU "
-            "time, the slowdowns below multiply on top" % (device, a.device_factor)
-            if device else "ranks compute at the cores' speed and share this machine's cores",
-            "MPI, one process per rank (mpirun --oversubscribe -np 4)" if prefix else
-            "local (threads of one process)"))
-        print("load average at start: %s" % loadavg())
-        partition = a.partition
-        if partition == "measured":
-            partition, costs, slowest = measure_balanced(
-                a.strata, common, device, prefix, NAMES, 4, a.probe_steps, 10, tmp, mode,
-                a.probe_runs)
-            print("start partition %s: balanced on the measured per-step layer ms (%s), slowest "
-                  "stage %.2f ms/step (medians over the windows of %d pipedream-re probe runs of "
-                  "%d steps)" % (partition, " ".join("%s %.2f" % (n, c) for n, c in
-                                                     zip(NAMES, costs)), slowest, a.probe_runs,
-                                 a.probe_steps))
+        device, partition = start_mode(a, mode, common, prefix, NAMES, 4, tmp)
         base = common + ["--steps", str(a.steps), "--partition", partition]
         print("cnn tiny (Fashion-MNIST), 4 stages from %s, async-1f1b, batch %d in %d "
               "micro-batches, SGD lr 0.02 momentum 0.9, %d steps; interference on rank %d from "

@@ -118,5 +118,29 @@ def measure_balanced(strata, base, inject, prefix, names, stages, steps, every, 
     return partition_string(cuts, names), [1e3 * c for c in costs], 1e3 * slowest
 
 
+def start_mode(a, mode, common, prefix, names, stages, tmp):
+    """Prints the mode's header and returns (the --inject spec of its emulated device or "", the
+    start partition): a.partition, or with "measured" the balanced one measure_balanced finds."""
+    device = device_spec(mode, a.device_factor)
+    print("== mode %s: %s; ranks: %s ==" % (
+        mode, "every rank an emulated device (--inject \"%s\"): a layer lasts %g x its CPU "
+        "time, the slowdowns multiply on top" % (device, a.device_factor)
+        if device else "ranks compute at the cores' speed and share this machine's cores",
+        "MPI, one process per rank (mpirun --oversubscribe -np %d)" % stages if prefix else
+        "local (threads of one process)"))
+    print("load average at start: %s" % loadavg())
+    partition = a.partition
+    if partition == "measured":
+        partition, costs, slowest = measure_balanced(
+            a.strata, common, device, prefix, names, stages, a.probe_steps, 10, tmp, mode,
+            a.probe_runs)
+        print("start partition %s: balanced on the measured per-step layer ms (%s), slowest "
+              "stage %.2f ms/step (medians over the windows of %d pipedream-re probe runs of "
+              "%d steps)" % (partition, " ".join("%s %.2f" % (n, c) for n, c in
+                                                 zip(names, costs)), slowest, a.probe_runs,
+                             a.probe_steps))
+    return device, partition
+
+
 def loadavg():
     return " ".join(open("/proc/loadavg").read().split()[:3])
