@@ -17,7 +17,7 @@
 
 namespace strata::ops::cpu_math {
 
-inline float bits_to_float(int32_t i) {
+inline float bits_to_float(uint32_t i) {
   float f;
   std::memcpy(&f, &i, sizeof(f));
   return f;
@@ -37,8 +37,11 @@ inline float exp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
   // 2^n as 2^h 2^(n - h): n reaches 128 near the top of the range, past the largest exponent.
-  const int32_t ni = static_cast<int32_t>(n), h = ni >> 1;
-  const float y = p * bits_to_float((h + 127) << 23) * bits_to_float((ni - h + 127) << 23);
+  // A NaN x leaves n NaN, whose conversion to an integer is undefined: it scales by 2^0 instead
+  // (p is NaN already). The exponent fields are non-negative for every other n.
+  const int32_t ni = static_cast<int32_t>(n == n ? n : 0.0f), h = ni >> 1;
+  const float y = p * bits_to_float(static_cast<uint32_t>(h + 127) << 23) *
+                  bits_to_float(static_cast<uint32_t>(ni - h + 127) << 23);
   const float under = x < kLo ? 0.0f : y;
   return x > kHi ? __builtin_inff() : under;  // NaN fails both tests and stays NaN
 }

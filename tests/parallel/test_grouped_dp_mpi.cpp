@@ -39,7 +39,7 @@ Values restrict_to(const Values& all, const Values& mine) {
 
 // Sum of the bit patterns of every value: equal on ranks holding the same stage replica.
 int64_t fingerprint(const Values& v) {
-  int64_t h = 0;
+  uint64_t h = 0;  // wraps (unsigned: defined)
   for (const auto& [name, x] : v) {
     for (float f : x) {
       uint32_t bits;
@@ -47,7 +47,7 @@ int64_t fingerprint(const Values& v) {
       h = h * 1000003 + bits;
     }
   }
-  return h;
+  return static_cast<int64_t>(h);
 }
 
 TEST(GroupedDpMpi, LayoutsMatchTheSingleProcessAndOverlapIsBitwiseNeutral) {
