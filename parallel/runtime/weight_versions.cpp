@@ -44,7 +44,14 @@ void WeightVersions::prefetch(int64_t version) {
   if (engine_ == nullptr || (!latest_in_store_ && version == resident_)) return;
   auto it = kept_.find(version);
   if (it == kept_.end() || it->second.on_device != nullptr) return;
-  for (auto& [v, k] : kept_) k.on_device.reset();  // one version cached at a time
+  // One version cached at a time. A cached copy still in flight is waited for before it goes:
+  // its device storage is allocated when the copy is queued and lives until it is done, so
+  // copies abandoned behind a slow copy thread would otherwise pile up on the device (the
+  // bound of two versions held on the device failed under load).
+  for (auto& [v, k] : kept_) {
+    if (k.on_device != nullptr && !k.on_device->done()) engine_->wait(*k.on_device);
+    k.on_device.reset();
+  }
   it->second.on_device = engine_->to_device(it->second.host->destination(), it->second.host);
 }
 

@@ -4,6 +4,7 @@
 // grows less with the number of stages.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -155,6 +156,32 @@ TEST(WeightCache, TwoBwBitwiseWithLowerPeak) {
     if (s < 3) EXPECT_LT(on.peak[s], off.peak[s]) << "stage " << s;
     EXPECT_LE(on.peak[s], off.peak[s]) << "stage " << s;
   }
+}
+
+// Prefetches that overtake each other behind a slow copy thread (a loaded machine): each copy's
+// device storage is allocated when it is queued, so a cached copy dropped while in flight must be
+// waited for, or the device holds one more version per overtaken prefetch. The store's weights
+// and one cached version at most, however slow the copies.
+TEST(WeightCache, OvertakenPrefetchesHoldOneCachedVersionOnTheDevice) {
+  auto m = model(2);
+  CpuAllocator device, host;
+  ExecContext ctx(Device::cpu(), &device, 1);
+  graph::ParamStore store(*m, 0, 2, device);
+  store.initialize(1);
+  CopyEngine copies(ctx, host, "--swap-pool");
+  WeightVersions versions(ctx, store);
+  versions.use_cache(&copies);
+  for (int64_t v = 0; v < 4; ++v) versions.stash(v);
+  const size_t params = store.params().numel() * sizeof(float);
+  device.reset_peak();
+  const size_t before = device.stats().peak;
+  copies.set_copy_delay(std::chrono::milliseconds(20));
+  for (int64_t v = 0; v < 4; ++v) versions.prefetch(v);  // each overtakes the one before
+  versions.use(3, 4, "Forward", 0);
+  versions.restore_latest();
+  EXPECT_LE(device.stats().peak, before + 2 * params)
+      << "device peak " << device.stats().peak << " B over " << before << " B of store and "
+      << "gradients; parameters " << params << " B";
 }
 
 TEST(WeightCache, SynchronousSchedulesAreRefusedByName) {
