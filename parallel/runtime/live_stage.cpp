@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <sstream>
 
 #include "engine/check.h"
@@ -328,13 +329,30 @@ double LiveStage::update(int64_t step) {
       b.transfer->post(b.move.first_forward - b.move.first_backward, handoff);
     }
     ++stats_.handoffs_sent;
-    const size_t held = ctx_.allocator().stats().current;
+    // The bytes given back: the block's store's storages (parameters, gradients, optimizer state,
+    // buffers) whose last owner was the block. Counted by the storages themselves, not by the
+    // allocator's bytes in use, which the transfer thread changes meanwhile (its chunks).
+    std::vector<std::pair<std::weak_ptr<Storage>, size_t>> owned;
+    auto own = [&owned](const Tensor& t) {
+      if (!t.defined()) return;
+      for (const auto& o : owned) {
+        if (o.first.lock() == t.storage()) return;  // views of one storage count once
+      }
+      owned.emplace_back(t.storage(), t.storage()->nbytes());
+    };
+    own(b.store->params());
+    own(b.store->grads());
+    own(b.store->buffers());
+    for (size_t s = 0; s < graph::optimizer_slot_names(optimizer_).size(); ++s) {
+      own(b.store->state(s));
+    }
     b.memory.reset();
     b.versions.reset();
     b.optimizer.reset();
     b.store.reset();
-    const size_t after = ctx_.allocator().stats().current;
-    stats_.freed_bytes += held > after ? held - after : 0;
+    for (const auto& [storage, bytes] : owned) {
+      if (storage.expired()) stats_.freed_bytes += bytes;
+    }
     b.live = false;
     b.handed_off = true;
   }

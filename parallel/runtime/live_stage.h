@@ -76,7 +76,9 @@ struct LiveStageStats {
   int64_t replayed_backwards = 0;  // target: backwards of moved layers from shipped inputs
   int64_t handoffs_sent = 0, handoffs_received = 0;
   int64_t moved_updates = 0;  // updates of moved layers' blocks on this stage
-  size_t freed_bytes = 0;     // source: device bytes given back when its block went
+  // Source: bytes of the block's storages (parameters, gradients, optimizer state, buffers)
+  // released when the block went (their last owner was the block).
+  size_t freed_bytes = 0;
   size_t bytes_sent = 0, bytes_received = 0;
   double handoff_wait_seconds = 0.0;  // target: blocked on the hand-off
 };
