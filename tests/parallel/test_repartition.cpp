@@ -144,6 +144,18 @@ TEST(RepartitionLoop, EveryRankLearnsRankZerosDecisionAndMovesTogether) {
   }
 }
 
+// The world's sum of a 3-step window's contributions: per-layer seconds and per-stage busy
+// seconds, the window's length, then the layers' output and activation bytes (DynPipe's
+// features; none here).
+std::vector<double> sums(const std::vector<double>& layers, const std::vector<double>& busy) {
+  std::vector<double> v;
+  for (double x : layers) v.push_back(3 * x);
+  for (double x : busy) v.push_back(3 * x);
+  v.push_back(3);
+  v.resize(v.size() + 2 * layers.size(), 0.0);
+  return v;
+}
+
 // Rank 0's decisions from hand-made sums (4 layers, 2 stages, windows of 3 steps): a move that
 // measures slower is undone at the next decision, and never applied again.
 TEST(RepartitionLoop, AMoveThatMeasuresSlowerIsUndoneAndNotTriedAgain) {
@@ -152,16 +164,6 @@ TEST(RepartitionLoop, AMoveThatMeasuresSlowerIsUndoneAndNotTriedAgain) {
   config.every = 4;
   RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
   const RepartitionLoop::Ranges start{{0, 2}, {2, 4}}, moved{{0, 3}, {3, 4}};
-  // Per-layer seconds and per-stage busy seconds of a 3-step window, its length, then the
-  // layers' output and activation bytes (DynPipe's features; none here).
-  auto sums = [](std::vector<double> layers, std::vector<double> busy) {
-    std::vector<double> v;
-    for (double x : layers) v.push_back(3 * x);
-    for (double x : busy) v.push_back(3 * x);
-    v.push_back(3);
-    v.resize(v.size() + 2 * layers.size(), 0.0);
-    return v;
-  };
   auto first = loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
   ASSERT_TRUE(first && first->decision.apply) << (first ? first->decision.reason : "");
   EXPECT_EQ(first->proposed, "a-c,d");
@@ -197,14 +199,6 @@ TEST(RepartitionLoop, NoiseBelowTheMarginNeitherUndoesNorLocksOutAMove) {
   config.every = 4;
   ASSERT_DOUBLE_EQ(config.threshold, 0.05);
   const RepartitionLoop::Ranges start{{0, 2}, {2, 4}}, moved{{0, 3}, {3, 4}};
-  auto sums = [](std::vector<double> layers, std::vector<double> busy) {
-    std::vector<double> v;
-    for (double x : layers) v.push_back(3 * x);
-    for (double x : busy) v.push_back(3 * x);
-    v.push_back(3);
-    v.resize(v.size() + 2 * layers.size(), 0.0);
-    return v;
-  };
   {
     SCOPED_TRACE("a move measured 3% slower once stays");
     RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
