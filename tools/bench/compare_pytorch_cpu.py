@@ -12,6 +12,11 @@ table reports the medians of the per-run median step times, and Strata / PyTorch
   /usr/bin/python3 tools/bench/compare_pytorch_cpu.py --strata build-cpu/strata --threads 2
   /usr/bin/python3 tools/bench/compare_pytorch_cpu.py --models gpt2-tiny,resnet18 --repeats 5
   /usr/bin/python3 tools/bench/compare_pytorch_cpu.py --train     # strata train / strata bench
+  /usr/bin/python3 tools/bench/compare_pytorch_cpu.py --beside pytorch --models gpt2-tiny
+
+--beside runs each side's step alone and beside a second training job on the same cores (PyTorch's
+twin of the model with --beside pytorch, `strata train` of it with --beside strata), the second
+job started first and warmed up: the slowdown a shared machine costs (2x is a fair share).
 
 --train runs `strata train` on synthetic-images (3x32x32) and synthetic-tokens (GPT-2 token ids,
 so both sides take --vocab 50257) beside `strata bench` on the same shapes: the training path
@@ -59,6 +64,10 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--train", action="store_true",
                    help="strata train (synthetic data of the same shapes) beside strata bench")
+    p.add_argument("--beside", default="", choices=["", "pytorch", "strata"],
+                   help="the Strata step alone and beside a second 2-thread training job of the "
+                   "same model (PyTorch's twin, or strata train), and PyTorch's step alone and "
+                   "beside strata train")
     p.add_argument("--vocab", type=int, default=0,
                    help="gpt2/bert vocabulary for both sides (0: the model's own)")
     p.add_argument("--pytorch-blas", default="/usr/lib/x86_64-linux-gnu/openblas-openmp",
@@ -234,13 +243,7 @@ def run_pytorch(args, name):
     cmd = [sys.executable, os.path.abspath(__file__), "--pytorch-worker", name,
            "--threads", str(args.threads), "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--vocab", str(args.vocab)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    if args.pytorch_wait_policy:
-        env["OMP_WAIT_POLICY"] = args.pytorch_wait_policy
-    if args.pytorch_blas:
-        env["LD_LIBRARY_PATH"] = args.pytorch_blas + (
-            ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=pytorch_env(args))
     if p.returncode != 0:
         raise RuntimeError(f"PyTorch {name}: {p.stderr.strip().splitlines()[-1:]}")
     return statistics.median(json.loads(p.stdout.strip().splitlines()[-1])["step_ms"])
@@ -290,6 +293,87 @@ def run_strata_train(args, name):
         return statistics.median(times)
 
 
+def pytorch_env(args):
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if args.pytorch_wait_policy:
+        env["OMP_WAIT_POLICY"] = args.pytorch_wait_policy
+    if args.pytorch_blas:
+        env["LD_LIBRARY_PATH"] = args.pytorch_blas + (
+            ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    return env
+
+
+def start_second_job(args, name, kind):
+    """A training job of `name` that runs until killed: PyTorch's twin or strata train."""
+    if kind == "pytorch":
+        cmd = [sys.executable, os.path.abspath(__file__), "--pytorch-worker", name,
+               "--threads", str(args.threads), "--steps", "1000000", "--warmup", "0",
+               "--vocab", str(args.vocab)]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=pytorch_env(args))
+    else:
+        model, size, batch, extra, vocab = strata_common(args, name)
+        if model in ("gpt2", "bert"):
+            data = ["--dataset", "synthetic-tokens", "--seq-len", extra[1]]
+            if not vocab:
+                data += ["--synthetic-vocab", "256"]
+        else:
+            data = ["--dataset", "synthetic-images", "--image-size", "32"]
+        cmd = [args.strata, "train", "--model", model, "--size", size, "--batch-size",
+               str(batch), "--steps", "1000000", "--threads", str(args.threads), "--device",
+               "cpu", "--progress", "off", "--log-every", "1000000", "--eval-every", "1000000",
+               "--train-samples", str(batch * 64), "--test-samples", str(batch)] + data + vocab
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(4)  # past start-up and warm-up: the measured run meets a job in its steady state
+    if p.poll() is not None:
+        raise RuntimeError(f"the second job ({kind} {name}) ended at once: {' '.join(cmd)}")
+    return p
+
+
+def beside(args, names):
+    """Each side alone and beside a second job, interleaved; the slowdowns."""
+    kind = args.beside
+    print(f"second job: {kind}; threads {args.threads}, {args.warmup} warm-up + {args.steps} "
+          f"timed steps, {args.repeats} repeats; load average at start {os.getloadavg()[0]:.2f}",
+          flush=True)
+    rows = []
+    for name in names:
+        runs = {"strata alone": [], "strata beside": [], "pytorch alone": [],
+                "pytorch beside strata": []}
+        for r in range(args.repeats):
+            runs["strata alone"].append(run_strata_bench(args, name))
+            job = start_second_job(args, name, kind)
+            try:
+                runs["strata beside"].append(run_strata_bench(args, name))
+            finally:
+                job.kill()
+                job.wait()
+            runs["pytorch alone"].append(run_pytorch(args, name))
+            job = start_second_job(args, name, "strata")
+            try:
+                runs["pytorch beside strata"].append(run_pytorch(args, name))
+            finally:
+                job.kill()
+                job.wait()
+            print(f"  {name} repeat {r + 1}: " + ", ".join(
+                f"{k} {v[-1]:.2f} ms" for k, v in runs.items()), flush=True)
+        row = {"model": name, "second job": kind}
+        for k, v in runs.items():
+            row[k] = statistics.median(v)
+            row[k + " runs"] = v
+        row["strata slowdown"] = row["strata beside"] / row["strata alone"]
+        row["pytorch slowdown"] = row["pytorch beside strata"] / row["pytorch alone"]
+        rows.append(row)
+    print(f"\n{'model':<11} {'strata alone':>13} {'beside ' + kind:>15} {'slowdown':>9}"
+          f" {'pytorch alone':>14} {'beside strata':>14} {'slowdown':>9}")
+    for r in rows:
+        print(f"{r['model']:<11} {r['strata alone']:>13.2f} {r['strata beside']:>15.2f} "
+              f"{r['strata slowdown']:>9.2f} {r['pytorch alone']:>14.2f} "
+              f"{r['pytorch beside strata']:>14.2f} {r['pytorch slowdown']:>9.2f}")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}; 2x is a fair share of 2 cores")
+    return rows
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.pytorch_worker:
@@ -301,6 +385,13 @@ def main(argv=None):
         if n not in MODELS:
             print(f"unknown model {n} (valid: {', '.join(MODELS)})", file=sys.stderr)
             return 2
+    if args.beside:
+        rows = beside(args, names)
+        if args.json:
+            with open(args.json, "w") as f:
+                for r in rows:
+                    f.write(json.dumps(r) + "\n")
+        return 0
     left, right = (("strata train", run_strata_train), ("strata bench", run_strata_bench)) \
         if args.train else (("strata", run_strata_bench), ("pytorch", run_pytorch))
     load = os.getloadavg()
