@@ -145,11 +145,8 @@ TEST(ArrayPipeCli, CnnJobsEqualSoloOnLocalStages) {
 #ifdef STRATA_MPIEXEC
 TEST(ArrayPipeCli, CnnJobsEqualSoloOnMpiRanks) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed";
-  const std::string mpirun = std::string(
-                                 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                 "OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 ") +
-                             STRATA_MPIEXEC + " --oversubscribe -np 2";
-  expect_jobs_equal_solo("cnn_mpi", kCnn, kCnnSpec, kCnnSolo, 3, mpirun, {"", "--array-slots 1"});
+  expect_jobs_equal_solo("cnn_mpi", kCnn, kCnnSpec, kCnnSolo, 3, strata::testing::mpirun(2),
+                         {"", "--array-slots 1"});
 }
 #endif
 

@@ -130,12 +130,7 @@ TEST(MemoryCli, ResNetFourLocalStages) {
 }
 
 #ifdef STRATA_MPIEXEC
-std::string mpirun(int ranks) {
-  return std::string(
-             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-             "OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 ") +
-         STRATA_MPIEXEC + " --oversubscribe -np " + std::to_string(ranks);
-}
+using strata::testing::mpirun;
 
 // 2 groups x 2 stages of MPI processes.
 TEST(MemoryCli, Gpt2TwoGroupsOfTwoMpiStages) {

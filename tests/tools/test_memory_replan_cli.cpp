@@ -111,10 +111,7 @@ TEST(MemoryReplanCli, AMoveGetsANewPlanAndStaysUnderTheLimitOnLocalStages) {
 
 #ifdef STRATA_MPIEXEC
 TEST(MemoryReplanCli, AMoveGetsANewPlanAndStaysUnderTheLimitOnMpiRanks) {
-  expect_move_replans("mpi", "",
-                      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                  "OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 ") +
-                          STRATA_MPIEXEC + " --oversubscribe -np 2");
+  expect_move_replans("mpi", "", strata::testing::mpirun(2));
 }
 #endif
 
