@@ -501,7 +501,8 @@ TrainSummary Trainer::run() {
       const int64_t steps_done = executor->optimizer_steps();
       executor->finish();
       add_memory_stats(&memory, executor->memory_stats());
-      executor.reset();  // it holds the store that is about to be replaced
+      executor.reset();               // it holds the store that is about to be replaced
+      injector.at_migration(m.step);  // --inject kind=fail,at=migration
       const MigrationRecord record = relayout(m, trace.get());
       make_executor(steps_done);
       repartition.migrated();

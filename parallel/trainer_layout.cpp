@@ -121,8 +121,18 @@ MigrationRecord Trainer::relayout(const Migration& migration, Trace* trace) {
     if (rank_ == 0) record.memory_plan = memory_plan_records(memory.plan, memory.stages, to, names);
   }
   RelayoutStats stats;
-  std::unique_ptr<graph::ParamStore> store =
-      relayout_store(*model_, *store_, from, to, stage_, migrate_.get(), ctx_.allocator(), &stats);
+  std::unique_ptr<graph::ParamStore> store;
+  // A peer that fails mid-move ends the run within --comm-timeout: the error names the move.
+  const std::string move = "moving the layers to " + record.partition + " after step " +
+                           std::to_string(migration.step) + " (" + record.moves + "): ";
+  try {
+    store = relayout_store(*model_, *store_, from, to, stage_, migrate_.get(), ctx_.allocator(),
+                           &stats);
+  } catch (const CommTimeout& e) {
+    throw CommTimeout(move + e.what());
+  } catch (const CommAborted& e) {
+    throw CommAborted(move + e.what());
+  }
   store_ = std::move(store);  // the old store goes, and with it the memory of the layers it lost
   pipeline_.partition = migration.partition;
   if (world_ != nullptr && world_->size() > 1) make_tied_communicator();
@@ -135,7 +145,7 @@ MigrationRecord Trainer::relayout(const Migration& migration, Trace* trace) {
   std::vector<double> totals{static_cast<double>(stats.bytes_sent + stats.bytes_received)};
   if (world_ != nullptr && world_->size() > 1) {
     Tensor t = Tensor::from_vector(totals, {1});
-    world_->all_reduce(t)->wait(world_->timeout(), "migration bytes");
+    world_->all_reduce(t)->wait(world_->timeout(), move + "the bytes moved");
     Tensor slowest = Tensor::from_vector(std::vector<double>{seconds}, {1});
     world_->all_reduce(slowest, ReduceOp::kMax)->wait(world_->timeout(), "migration time");
     record.bytes = t.item<double>();

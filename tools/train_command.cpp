@@ -466,6 +466,9 @@ Setup make_setup(const TrainOptions& o, int world_size) {
   p.inject = parallel::parse_inject(o.inject);
   for (const parallel::InjectSpec& spec : p.inject) {
     if (spec.kind == "grow") parallel::inject_layer_range(spec, s.layer_names);
+    STRATA_CHECK(spec.kind != "fail" || !o.local)
+        << "--inject \"" << spec.text << "\": kind=fail needs MPI ranks (mpirun), not --local "
+        << "(a stalled thread would outlive the run)";
   }
   p.repartition = {o.repartition,
                    o.repartition_every,

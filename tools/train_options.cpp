@@ -290,7 +290,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "device: each layer lasts 8 x its CPU time, so ranks sharing few cores act "
                   "like devices of their own); factors multiply (device 8 and slow 3 on a rank: "
                   "24 x the CPU time; on an emulated device a load of N threads adds a factor "
-                  "N + 1); keys rank=, from=, to= (steps from 1) limit where it applies");
+                  "N + 1); \"rank=1,kind=fail,how=stall|exit,at=step|migration\" (MPI ranks: the "
+                  "rank stalls or exits at step from=, or at the move between steps, to test "
+                  "how the others end); keys rank=, from=, to= (steps from 1) limit where it "
+                  "applies");
   cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
   cmd->add_option("--comm", o.comm,
                   "What carries tensors between MPI processes: nccl (CUDA tensors over NCCL, host "

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -33,6 +35,7 @@ const std::vector<KindKeys>& kinds() {
       {"slow", {"factor"}},
       {"grow", {"layers", "factor"}},
       {"device", {"factor"}},
+      {"fail", {"how", "at"}},
   };
   return k;
 }
@@ -176,6 +179,14 @@ std::vector<InjectSpec> parse_inject(const std::string& text) {
             << "--inject \"" << spec_text << "\": kind=grow takes no rank= (its layers grow on "
             << "whichever stage holds them)";
       }
+    } else if (spec.kind == "fail") {
+      STRATA_CHECK(spec.has("rank"))
+          << "--inject \"" << spec_text << "\": kind=fail needs rank= (the rank that fails)";
+      const std::string how = spec.string("how", "stall"), at = spec.string("at", "step");
+      STRATA_CHECK(how == "stall" || how == "exit")
+          << "--inject \"" << spec_text << "\": how must be stall or exit, got " << how;
+      STRATA_CHECK(at == "step" || at == "migration")
+          << "--inject \"" << spec_text << "\": at must be step or migration, got " << at;
     } else if (spec.kind == "trace") {
       STRATA_CHECK(spec.has("file") && !spec.values["file"].empty())
           << "--inject \"" << spec_text << "\": kind=trace needs file=";
@@ -245,7 +256,7 @@ Injector::Injector(const std::vector<InjectSpec>& specs, int rank, int world_siz
     : rank_(rank), seed_(seed), start_(std::chrono::steady_clock::now()) {
   for (const InjectSpec& s : specs) {
     if (s.kind != "straggler" && s.kind != "trace" && s.kind != "load" && s.kind != "slow" &&
-        s.kind != "grow" && s.kind != "device") {
+        s.kind != "grow" && s.kind != "device" && s.kind != "fail") {
       continue;  // handled elsewhere
     }
     STRATA_CHECK(s.rank < world_size) << "--inject \"" << s.text << "\": rank " << s.rank
@@ -268,7 +279,31 @@ Injector::Injector(const std::vector<InjectSpec>& specs, int rank, int world_siz
     load_threads_.emplace_back();
     load_done_.push_back(0);
     has_device_ = has_device_ || s.kind == "device";
+    failing_ = failing_ || s.kind == "fail";
   }
+}
+
+bool Injector::fails() const {
+  return std::any_of(specs_.begin(), specs_.end(),
+                     [](const InjectSpec& s) { return s.kind == "fail"; });
+}
+
+void Injector::fail_if(const std::string& at, int64_t step, const std::string& where) {
+  for (const InjectSpec& s : specs_) {
+    if (s.kind != "fail" || s.string("at", "step") != at || !s.applies(rank_, step)) continue;
+    const bool exits = s.string("how", "stall") == "exit";
+    std::fprintf(
+        stderr, "rank %d: --inject \"%s\": %s %s\n", rank_, s.text.c_str(),
+        exits ? "exits (status 3) at" : "stalls (sends nothing, until the job is ended) at",
+        where.c_str());
+    std::fflush(stderr);
+    if (exits) std::_Exit(3);  // a dead rank: no MPI_Finalize, no destructors
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a stuck one
+  }
+}
+
+void Injector::at_migration(int64_t step) {
+  fail_if("migration", step, "the migration after step " + std::to_string(step));
 }
 
 Injector::~Injector() { stop_load(); }
@@ -420,6 +455,9 @@ void Injector::before(OpCode op, int64_t step, int64_t micro_batch) {
   if (op != OpCode::kForward && op != OpCode::kBackward) return;
   if (has_device_) cpu_mark_ = thread_cpu_seconds();
   if (!load_threads_.empty()) update_load(step);
+  if (failing_) {
+    fail_if("step", step + 1, "its first Forward or Backward of step " + std::to_string(step + 1));
+  }
   for (size_t i = 0; i < specs_.size(); ++i) {
     const InjectSpec& s = specs_[i];
     if (s.kind != "straggler" || !s.applies(rank_, step + 1)) continue;

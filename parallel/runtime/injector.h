@@ -52,6 +52,15 @@
 //              processes is absorbed as long as a layer's wall time stays below its emulated time
 //              (a layer that lasts longer owes nothing). Messages and the optimizer run at the
 //              CPU's speed. Default every rank; one per rank.
+//   fail       how (stall|exit, default stall), at (step|migration, default step); rank= required.
+//              A failing rank, to test how the others end: at step `from` (its first Forward or
+//              Backward of that step; with at=migration, at the first move between steps, of
+//              --migrate-at or --repartition, after a step from `from` on, when the layers are
+//              about to leave or arrive: synchronous schedules or --migration restart) it prints
+//              what it does and stalls (sleeps, sending nothing, until the job is ended: the
+//              other ranks' --comm-timeout) or exits at once with status 3 (no MPI finalization:
+//              a dead peer, which mpirun notices). MPI ranks only (a stalled thread of --local
+//              would outlive the run).
 // Compounding. The factors of slow, grow and device that apply to a layer multiply: the layer
 // lasts (device ? device x its CPU time : its wall time) x the product of the slow factors x the
 // grow factors that name it, e.g. "kind=device,factor=8; rank=1,kind=slow,factor=3" makes rank
@@ -151,6 +160,10 @@ class Injector {
   void stop_load();
   // kind=load: rounds of arithmetic the load threads have done so far (a round: 1e5 steps).
   int64_t load_rounds() const { return load_rounds_.load(); }
+  // Whether a kind=fail spec applies to this rank.
+  bool fails() const;
+  // Before the --migrate-at move after step `step` (from 1): kind=fail,at=migration.
+  void at_migration(int64_t step);
   // Training starts now (trace times count from here).
   void start();
   // Before a Forward or Backward of micro-batch `micro_batch` in step `step` (from 0).
@@ -164,6 +177,8 @@ class Injector {
 
  private:
   void sleep(double seconds);
+  // kind=fail specs with this `at` that apply at `step` (from 1): the rank stalls or exits.
+  void fail_if(const std::string& at, int64_t step, const std::string& where);
 
   std::vector<InjectSpec> specs_;         // those that apply to this rank
   std::vector<SlowdownTrace> traces_;     // per spec (empty for other kinds)
@@ -171,6 +186,7 @@ class Injector {
   std::vector<std::pair<size_t, size_t>> grow_layers_;  // per spec: kind=grow's layers
   std::map<size_t, double> owed_;                       // slow, grow, device: per layer
   bool has_device_ = false;                             // a kind=device spec applies to this rank
+  bool failing_ = false;                                // a kind=fail spec applies to this rank
   double cpu_mark_ = -1.0;  // this thread's CPU time at the instruction's or layer's end
   bool grow_resolved_ = false;
   // kind=load: the running threads, per spec (empty when not running), and when they started.

@@ -192,6 +192,13 @@ TEST(Inject, LoadSlowAndGrowParseAndRefuseBadKeys) {
   EXPECT_EQ(specs[0].from, 20);
   EXPECT_DOUBLE_EQ(specs[1].number("factor", 0), 2.0);
   EXPECT_EQ(specs[2].string("layers", ""), "h.0-h.3");
+  const std::vector<InjectSpec> fail = parse_inject("rank=1,kind=fail,how=exit,at=migration");
+  ASSERT_EQ(fail.size(), 1u);
+  EXPECT_EQ(fail[0].rank, 1);
+  EXPECT_EQ(fail[0].string("how", ""), "exit");
+  // Only the failing rank's injector fails (the CLI test runs it: CheckpointCli).
+  EXPECT_TRUE(Injector(fail, 1, 2, 0).fails());
+  EXPECT_FALSE(Injector(fail, 0, 2, 0).fails());
   for (const auto& [text, words] : std::vector<std::pair<std::string, std::vector<std::string>>>{
            {"kind=load,threads=0", {"--inject", "threads must be in 1..256"}},
            {"kind=load,threads=x", {"--inject", "threads=x is not an integer"}},
@@ -200,6 +207,10 @@ TEST(Inject, LoadSlowAndGrowParseAndRefuseBadKeys) {
            {"kind=slow,factor=0.5", {"--inject", "factor must be in [1, 1000]"}},
            {"kind=grow,factor=2", {"--inject", "kind=grow needs layers="}},
            {"kind=grow,layers=a,rank=1", {"--inject", "takes no rank="}},
+           {"kind=fail", {"--inject", "kind=fail needs rank="}},
+           {"kind=fail,rank=1,how=crash", {"--inject", "how must be stall or exit"}},
+           {"kind=fail,rank=1,at=epoch", {"--inject", "at must be step or migration"}},
+           {"kind=fail,rank=1,factor=2", {"--inject", "kind=fail takes no key factor"}},
        }) {
     SCOPED_TRACE(text);
     expect_error([&] { parse_inject(text); }, words);

@@ -15,7 +15,9 @@
 #include <fstream>
 #include <string>
 
+#include "io/mnist.h"
 #include "testing/cli.h"
+#include "testing/train_run.h"
 
 namespace {
 
@@ -266,6 +268,59 @@ TEST(CheckpointCli, BadCheckpointsAreRefusedNamingTheFile) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "--save-every needs --checkpoint-dir")) << r.output;
 }
+
+#ifdef STRATA_MPIEXEC
+// A peer that fails mid-migration (--inject kind=fail: rank 1 stalls, or exits, when the move
+// after step 4 begins) ends the run within --comm-timeout, a stalled peer's error naming the move;
+// the last complete checkpoint resumes to the uninterrupted run's losses and weights, bitwise.
+TEST(CheckpointCli, APeerThatFailsMidMigrationEndsTheRunAndTheCheckpointResumes) {
+  if (!fs::exists(strata::io::kFashionMnistDir)) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  using strata::testing::train_run;
+  const std::string dir = temp_dir("peer_fails_mid_migration");
+  const std::string args =
+      "--model cnn --size tiny --dataset fashion-mnist --train-samples 512 --test-samples 64 "
+      "--stages 2 --threads 1 --batch-size 16 --micro-batches 2 --steps 8 --seed 3 "
+      "--partition conv1-pool1,conv2-fc2 --migrate-at 4:conv1-conv2,bn2-fc2 --comm-timeout 5";
+  const std::string mpirun = strata::testing::mpirun(2);
+  const strata::testing::TrainRun whole = train_run(dir, "whole", args, mpirun);
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  ASSERT_EQ(whole.losses.size(), 8u) << whole.output;
+  for (const std::string how : {"stall", "exit"}) {
+    SCOPED_TRACE(how);
+    const std::string ckpt = dir + "/ckpt_" + how;
+    const auto start = std::chrono::steady_clock::now();
+    const strata::testing::TrainRun failed =
+        train_run(dir, how,
+                  args + " --checkpoint-dir " + ckpt + " --save-every 2 --inject \"rank=1," +
+                      "kind=fail,how=" + how + ",at=migration\"",
+                  mpirun);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(failed.status, 0) << failed.output;
+    // Not a hang: the stalled peer is given up after --comm-timeout 5 (a bound far above it).
+    EXPECT_LT(seconds, 120.0) << failed.output;
+    EXPECT_TRUE(contains(failed.output, "kind=fail,how=" + how + ",at=migration\": " +
+                                            (how == "exit" ? "exits" : "stalls")))
+        << failed.output;
+    if (how == "stall") {
+      EXPECT_TRUE(contains(failed.output,
+                           "moving the layers to conv1-conv2,bn2-fc2 after step 4 (conv2 1->0): "))
+          << failed.output;
+      EXPECT_TRUE(contains(failed.output, "timed out after 5000 ms")) << failed.output;
+    }
+    ASSERT_TRUE(fs::exists(ckpt + "/step-000002/manifest.pb")) << failed.output;
+    const strata::testing::TrainRun resumed = train_run(
+        dir, how + "_resumed", args + " --checkpoint-dir " + ckpt + " --resume auto", mpirun);
+    ASSERT_EQ(resumed.status, 0) << resumed.output;
+    EXPECT_TRUE(contains(resumed.output, "resumed at step")) << resumed.output;
+    ASSERT_LE(resumed.losses.size(), 6u) << resumed.output;
+    const std::vector<std::string> tail(whole.losses.end() - resumed.losses.size(),
+                                        whole.losses.end());
+    EXPECT_EQ(resumed.losses, tail);
+    EXPECT_TRUE(resumed.weights == whole.weights) << "the resumed run ends elsewhere";
+  }
+}
+#endif
 
 }  // namespace
 
