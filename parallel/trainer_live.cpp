@@ -57,7 +57,6 @@ void Trainer::check_migrations(const PipelineConfig& pipeline) {
   STRATA_CHECK_EQ(pipeline_.migrations.size(), 1u)
       << what << ": one migration per run (got " << pipeline_.migrations.size()
       << "); use --migration restart for more";
-  STRATA_CHECK_EQ(pipeline.groups, 1) << what << ": one group only (--groups 1)";
   STRATA_CHECK(config_.compute_dtype == DType::kF32) << what << " needs --precision fp32";
   STRATA_CHECK(config_.optimizer.clip_grad_norm == 0 && config_.nan_policy != NanPolicy::kSkip)
       << what << ": no --clip-grad-norm or --nan-policy skip (a gradient norm over the moved "

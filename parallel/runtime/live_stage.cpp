@@ -53,12 +53,14 @@ LayerRange LiveStage::core_range(const LiveMigrationConfig& config, int stage) {
 }
 
 LiveStage::LiveStage(ExecContext& ctx, graph::Model& model, int stage,
-                     const LiveMigrationConfig& config, const graph::OptimizerConfig& optimizer)
+                     const LiveMigrationConfig& config, const graph::OptimizerConfig& optimizer,
+                     Communicator* dp)
     : ctx_(ctx),
       model_(model),
       stage_(stage),
       config_(config),
       optimizer_(optimizer),
+      dp_(dp),
       layout_(config.initial),
       core_(core_range(config, stage)) {
   layout_.add_live_migration(config.next, config.first_backward);
@@ -283,11 +285,35 @@ void LiveStage::release_unneeded(Block& b) {
   });
 }
 
+void LiveStage::reduce_over_groups(Block& b, int64_t step) {
+  const std::string what = b.what + ": the all-reduce over the groups of update " +
+                           std::to_string(step) + " on stage " + std::to_string(stage_);
+  // On copies: a communicator may hold on to the tensors of a collective after its wait (the
+  // local one until every rank has seen it), and the store's storages are to be freed at the
+  // hand-off.
+  Tensor grads = b.store->grads().clone();
+  dp_->all_reduce(grads)->wait(dp_->timeout(), what + " (gradients)");
+  b.store->grads().copy_from(grads);
+  const Tensor& buffers = b.store->buffers();
+  if (!buffers.defined() || buffers.numel() == 0) return;
+  // x 1/G in double, as GroupedDp averages the core's statistics (float32, host memory: the
+  // migration runs on CPU ranks only).
+  STRATA_CHECK(buffers.dtype() == DType::kF32 && buffers.device().is_cpu())
+      << what << ": the statistics must be float32 in host memory";
+  Tensor sum = buffers.clone();
+  dp_->all_reduce(sum)->wait(dp_->timeout(), what + " (running statistics)");
+  const double factor = 1.0 / static_cast<double>(dp_->size());
+  const float* in = sum.data<float>();
+  float* out = buffers.data<float>();
+  for (int64_t i = 0; i < buffers.numel(); ++i) out[i] = static_cast<float>(in[i] * factor);
+}
+
 double LiveStage::update(int64_t step) {
   double sq = 0.0;
   for (auto& bp : blocks_) {
     Block& b = *bp;
     if (!b.grads_pending) continue;
+    if (dp_ != nullptr && dp_->size() > 1) reduce_over_groups(b, step);
     b.versions->restore_latest();
     for (const auto& [mb, v] : b.pending) {
       if (v == b.latest) {

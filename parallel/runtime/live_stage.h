@@ -31,9 +31,17 @@
 // applied once, in micro-batch order, on the stage that ran the backward. The bytes go through
 // LiveTransfer (a low-priority thread, in chunks with a window).
 //
+// G data-parallel groups (GroPipe): every group's pipeline moves the same layers at the same
+// micro-batch (each group's stages migrate among themselves). At each update of a block, the
+// stage that holds it (the source before the hand-off, the target from it) sums the block's
+// gradients over the groups and averages its running statistics (sum, then x 1/G, as GroupedDp
+// does for the core's) on a data-parallel communicator of its own, before the block's optimizer
+// step. Every group's rank of a stage runs the same program over the same layout, so the blocks
+// meet in the same order on all of them.
+//
 // Limits (refused by the caller, named): one migration per run, float32 stores (no mixed
-// precision), one data-parallel group, no gradient clipping or --nan-policy skip (a global norm
-// over the blocks), the keep memory policy for the moved layers, no tied parameters in them.
+// precision), no gradient clipping or --nan-policy skip (a global norm over the blocks), no
+// --dp-delay, the keep memory policy for the moved layers, no tied parameters in them.
 #pragma once
 
 #include <cstdint>
@@ -85,9 +93,10 @@ struct LiveStageStats {
 
 class LiveStage {
  public:
-  // `stage` of the initial partition's stages; `core_store` holds the stage's core layers.
+  // `stage` of the initial partition's stages. `dp` (not owned; null or one rank: one group):
+  // this stage in every group, for the blocks' gradient and statistics all-reduces only.
   LiveStage(ExecContext& ctx, graph::Model& model, int stage, const LiveMigrationConfig& config,
-            const graph::OptimizerConfig& optimizer);
+            const graph::OptimizerConfig& optimizer, Communicator* dp = nullptr);
   ~LiveStage();
   LiveStage(const LiveStage&) = delete;
   LiveStage& operator=(const LiveStage&) = delete;
@@ -124,12 +133,15 @@ class LiveStage {
   void receive_handoff(Block& b, const std::string& waiter, MicroBatchSource& source);
   void expect_items(Block& b, int64_t up_to, MicroBatchSource& source);
   void release_unneeded(Block& b);
+  // G > 1: the block's gradients summed and its statistics averaged over the groups.
+  void reduce_over_groups(Block& b, int64_t step);
 
   ExecContext& ctx_;
   graph::Model& model_;
   int stage_;
   LiveMigrationConfig config_;
   graph::OptimizerConfig optimizer_;
+  Communicator* dp_;
   StageLayout layout_;
   LayerRange core_;
   std::vector<std::unique_ptr<Block>> blocks_;  // in layer order

@@ -153,7 +153,31 @@ const char* kCnnAsync =
     "--schedule async-1f1b --optimizer sgd --momentum 0.9 --lr 0.05 --lr-schedule constant "
     "--no-augment --migration-chunk-mb 0.01 --migration-window-mb 0.04";
 
-strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& migration) {
+// A group's micro-batches with the loss normalizer of all groups (as the last stages sum it over
+// the groups): each group's loss is its share of the mean over the global micro-batch.
+class AllGroupsNormalizer final : public strata::parallel::MicroBatchSource {
+ public:
+  AllGroupsNormalizer(strata::parallel::MicroBatchSource& mine,
+                      std::vector<strata::parallel::MicroBatchSource*> all)
+      : mine_(mine), all_(std::move(all)) {}
+  Info info(int64_t mb) override {
+    Info i = mine_.info(mb);
+    i.loss_normalizer = 0.0;
+    for (strata::parallel::MicroBatchSource* s : all_)
+      i.loss_normalizer += s->info(mb).loss_normalizer;
+    return i;
+  }
+  strata::TensorList input(int64_t mb) override { return mine_.input(mb); }
+  strata::Tensor target(int64_t mb) override { return mine_.target(mb); }
+
+ private:
+  strata::parallel::MicroBatchSource& mine_;
+  std::vector<strata::parallel::MicroBatchSource*> all_;
+};
+
+// `groups`: data-parallel groups, each loading its shard of every batch.
+strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& migration,
+                                                             int groups = 1) {
   using namespace strata;
   io::DatasetOptions data_options;
   data_options.seed = 2;
@@ -163,12 +187,26 @@ strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& 
   const proto::ModelSpec spec =
       models::model_spec("cnn", "tiny", train->input_spec().shape, train->num_classes());
   auto model = graph::build_model(spec);
-  io::DataLoaderOptions options;
-  options.batch_size = 16;
-  options.shuffle = true;
-  options.seed = 2;
-  options.drop_last = true;
-  parallel::LoaderMicroBatches source(train, options, 4, true, nullptr, -100, true);
+  std::vector<std::unique_ptr<parallel::LoaderMicroBatches>> loaders;
+  std::vector<parallel::MicroBatchSource*> shards;
+  for (int g = 0; g < groups; ++g) {
+    io::DataLoaderOptions options;
+    options.batch_size = 16;
+    options.shuffle = true;
+    options.seed = 2;
+    options.drop_last = true;
+    options.shard_index = g;
+    options.shard_count = groups;
+    loaders.push_back(std::make_unique<parallel::LoaderMicroBatches>(train, options, 4, true,
+                                                                     nullptr, -100, true));
+    shards.push_back(loaders.back().get());
+  }
+  std::vector<std::unique_ptr<AllGroupsNormalizer>> normalized;
+  std::vector<parallel::MicroBatchSource*> sources;
+  for (parallel::MicroBatchSource* shard : shards) {
+    normalized.push_back(std::make_unique<AllGroupsNormalizer>(*shard, shards));
+    sources.push_back(normalized.back().get());
+  }
   parallel::StageLayout layout({{0, 6}, {6, 12}});
   if (!migration.empty()) {
     const auto colon = migration.find(':');
@@ -177,7 +215,7 @@ strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& 
     layout.add_live_migration(parallel::parse_partition(migration.substr(colon + 1), names, 2),
                               std::stoll(migration.substr(0, colon)) * 4);
   }
-  return parallel::live_stage_checks::replay(*model, 2, layout, source, 6 * 4, 2, 0.05, 0.9);
+  return parallel::live_stage_checks::replay(*model, 2, layout, sources, 6 * 4, 2, 0.05, 0.9);
 }
 
 // `launcher` empty: local threads (--local); otherwise MPI ranks under it.
@@ -185,10 +223,11 @@ strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& 
 void expect_cnn_live_matches_oracle(const std::string& dir, const std::string& name,
                                     const std::string& migration, const std::string& moves,
                                     const strata::parallel::live_stage_checks::Weights& unmoved,
-                                    const std::string& launcher = "") {
+                                    const std::string& launcher = "", int groups = 1) {
   using namespace strata;
-  SCOPED_TRACE(migration);
-  const std::string ranks = launcher.empty() ? " --local" : " --threads 1";
+  SCOPED_TRACE(migration + ", " + std::to_string(groups) + " group(s)");
+  const std::string ranks = (launcher.empty() ? " --local" : " --threads 1") +
+                            std::string(" --groups ") + std::to_string(groups);
   const TrainRun run =
       train_run(dir, name, std::string(kCnnAsync) + ranks + " --migrate-at " + migration, launcher);
   ASSERT_EQ(run.status, 0) << run.output;
@@ -196,11 +235,17 @@ void expect_cnn_live_matches_oracle(const std::string& dir, const std::string& n
   EXPECT_EQ(run.of("migration")[0]["mode"], "live");
   EXPECT_TRUE(contains(run.of("migration")[0]["moves"].get<std::string>(), moves)) << run.output;
   EXPECT_GT(run.of("migration")[0]["bytes"].get<double>(), 0.0);
-  const parallel::live_stage_checks::OracleResult expected = cnn_oracle(migration);
+  const parallel::live_stage_checks::OracleResult expected = cnn_oracle(migration, groups);
   ASSERT_EQ(run.of("train").size(), 6u);
   for (size_t t = 0; t < 6; ++t) {
+    // Each group's last stage sums its micro-batches' losses in order; the step's record sums
+    // the groups' and divides by the updates.
     double sum = 0.0;
-    for (size_t j = 4 * t; j < 4 * t + 4; ++j) sum += expected.losses[j];
+    for (const std::vector<double>& losses : expected.group_losses) {
+      double group = 0.0;
+      for (size_t j = 4 * t; j < 4 * t + 4; ++j) group += losses[j];
+      sum += group;
+    }
     EXPECT_EQ(run.of("train")[t]["loss"].get<double>(), sum / 4) << "step " << t + 1;
   }
   // The final weights file against the oracle's parameters and statistics.
@@ -236,6 +281,19 @@ TEST(MigrationCli, AsyncLiveMatchesTheEq4Oracle) {
   expect_cnn_live_matches_oracle(dir, "mpi", "3:conv1-pool1,conv2-fc2", "conv2 0->1, bn2 0->1",
                                  unmoved, mpirun(2));
 #endif
+}
+
+// Two groups of two stages (GroPipe): both groups move conv2 and bn2 down at the same
+// micro-batch; every update of them averages the groups' gradients and running statistics on
+// the stage that holds them. The oracle's updates use the mean over the groups' micro-batches.
+TEST(MigrationCli, AsyncLiveTwoGroupsMatchTheEq4Oracle) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    GTEST_SKIP() << "no Fashion-MNIST";
+  }
+  const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_live_g2");
+  const auto unmoved = cnn_oracle("", 2).weights;
+  expect_cnn_live_matches_oracle(dir, "down", "3:conv1-pool1,conv2-fc2", "conv2 0->1, bn2 0->1",
+                                 unmoved, "", 2);
 }
 
 // A checkpoint written after a move resumes in the new layout and ends as the uninterrupted run.
