@@ -69,10 +69,60 @@ class Source final : public MicroBatchSource {
 struct Case {
   std::string name;
   Partition initial, next;
-  int64_t first_backward = 0;  // K
-  int64_t micro_batches = 0;   // N
+  int64_t first_backward = 0;                // K
+  int64_t micro_batches = 0;                 // N
+  std::vector<LiveMigrationStep> then = {};  // later migrations
   int stages() const { return static_cast<int>(initial.size()); }
+  StageLayout layout() const {
+    StageLayout l(initial);
+    l.add_live_migration(next, first_backward);
+    for (const LiveMigrationStep& m : then) l.add_live_migration(m.next, m.first_backward);
+    return l;
+  }
+  const Partition& last() const { return then.empty() ? next : then.back().next; }
 };
+
+// One move of a piece of layers (a maximal run of layers that have the same stage in every
+// partition) between two stages: what the stages' blocks hand over.
+struct PieceMove {
+  size_t begin = 0, end = 0;
+  int src = 0, tgt = 0;
+};
+
+inline std::vector<PieceMove> piece_moves(const Case& c, size_t layers) {
+  std::vector<Partition> parts{c.initial, c.next};
+  for (const LiveMigrationStep& m : c.then) parts.push_back(m.next);
+  auto owners = [&](size_t layer) {
+    std::vector<int> o;
+    for (const Partition& p : parts) {
+      for (size_t s = 0; s < p.size(); ++s) {
+        if (layer >= p[s].begin && layer < p[s].end) o.push_back(static_cast<int>(s));
+      }
+    }
+    return o;
+  };
+  std::vector<PieceMove> out;
+  for (size_t begin = 0; begin < layers;) {
+    const std::vector<int> o = owners(begin);
+    size_t end = begin + 1;
+    while (end < layers && owners(end) == o) ++end;
+    for (size_t i = 0; i + 1 < o.size(); ++i) {
+      if (o[i] != o[i + 1]) out.push_back({begin, end, o[i], o[i + 1]});
+    }
+    begin = end;
+  }
+  return out;
+}
+
+// The pieces that ever change stage.
+inline int64_t moving_pieces(const Case& c, size_t layers) {
+  std::vector<std::pair<size_t, size_t>> seen;
+  for (const PieceMove& m : piece_moves(c, layers)) {
+    if (seen.empty() || seen.back() != std::make_pair(m.begin, m.end))
+      seen.push_back({m.begin, m.end});
+  }
+  return static_cast<int64_t>(seen.size());
+}
 
 inline graph::OptimizerConfig sgd() {
   graph::OptimizerConfig c;
@@ -248,8 +298,7 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
 
 inline OracleResult oracle(const Case& c, bool migrate, int groups = 1) {
   auto model = make_model();
-  StageLayout layout(c.initial);
-  if (migrate) layout.add_live_migration(c.next, c.first_backward);
+  const StageLayout layout = migrate ? c.layout() : StageLayout(c.initial);
   std::vector<std::unique_ptr<Source>> owned;
   std::vector<MicroBatchSource*> sources;
   for (int g = 0; g < groups; ++g) {
@@ -285,6 +334,7 @@ inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
   live.initial = c.initial;
   live.next = c.next;
   live.first_backward = c.first_backward;
+  live.then = c.then;
   live.comm = migrate.get();
   live.transfer.chunk_bytes = 64;
   live.transfer.window_bytes = 256;
@@ -336,7 +386,7 @@ inline void check_rank(const Case& c, int s, const RankResult& r, const OracleRe
   for (const auto& [name, v] : expected.weights) {
     const std::optional<size_t> layer = model->find_param_layer(name);
     ASSERT_TRUE(layer.has_value()) << name;
-    if (*layer >= c.next[s].begin && *layer < c.next[s].end) want[name] = v;
+    if (*layer >= c.last()[s].begin && *layer < c.last()[s].end) want[name] = v;
   }
   EXPECT_EQ(r.weights.size(), want.size()) << c.name << ", stage " << s;
   for (const auto& [name, v] : want) {
@@ -350,34 +400,29 @@ inline void check_rank(const Case& c, int s, const RankResult& r, const OracleRe
     for (double l : expected.group_losses.at(static_cast<size_t>(group))) loss += l;
     EXPECT_EQ(r.loss, loss) << c.name << ": the losses of group " << group;
   }
-  // Exactly S - src - 1 micro-batches' inputs move per boundary; each replayed backward once.
-  StageLayout layout(c.initial);
-  layout.add_live_migration(c.next, c.first_backward);
+  // Exactly S - src - 1 micro-batches' inputs move per moved piece of layers and migration; each
+  // replayed backward once.
   int64_t sent = 0, received = 0, handoffs_out = 0, handoffs_in = 0;
-  for (const BoundaryMove& m : layout.migrations().front()) {
+  size_t moved_params = 0;  // the parameters this stage handed off, summed over its hand-offs
+  for (const PieceMove& m : piece_moves(c, model->size())) {
     if (m.src == s) sent += S - m.src - 1, ++handoffs_out;
     if (m.tgt == s) received += S - m.src - 1, ++handoffs_in;
+    if (m.src != s) continue;
+    for (size_t l = m.begin; l < m.end; ++l) {
+      for (const graph::ParamSpec& spec : model->layer(l).param_specs()) {
+        moved_params += static_cast<size_t>(shape_numel(spec.shape));
+      }
+    }
   }
   EXPECT_EQ(r.stats.inputs_sent, sent) << c.name << ", stage " << s;
   EXPECT_EQ(r.stats.inputs_received, received) << c.name << ", stage " << s;
   EXPECT_EQ(r.stats.replayed_backwards, received) << c.name << ", stage " << s;
   EXPECT_EQ(r.stats.handoffs_sent, handoffs_out) << c.name << ", stage " << s;
   EXPECT_EQ(r.stats.handoffs_received, handoffs_in) << c.name << ", stage " << s;
-  // The source gives back its stores of the moved layers: at least parameters, gradients and
-  // momentum of each.
-  if (handoffs_out > 0) {
-    size_t moved_params = 0;
-    for (const BoundaryMove& m : layout.migrations().front()) {
-      if (m.src != s) continue;
-      for (size_t l = m.begin; l < m.end; ++l) {
-        for (const graph::ParamSpec& spec : model->layer(l).param_specs()) {
-          moved_params += static_cast<size_t>(shape_numel(spec.shape));
-        }
-      }
-    }
-    EXPECT_GE(r.stats.freed_bytes, 3 * moved_params * sizeof(float))
-        << c.name << ", stage " << s << " did not free its moved layers";
-  }
+  // The source gives back its stores of the moved layers at each hand-off: at least parameters,
+  // gradients and momentum of each.
+  EXPECT_GE(r.stats.freed_bytes, 3 * moved_params * sizeof(float))
+      << c.name << ", stage " << s << " did not free its moved layers";
 }
 
 // Both directions, S = 2 and 4 (moves from every kind of stage, and two boundaries at once).
@@ -404,6 +449,38 @@ inline std::vector<Case> cases(int S) {
        {{0, 3}, {3, 4}, {4, 5}, {5, 9}},
        5,
        16},
+  };
+}
+
+// Two migrations per run, the second after the first has switched every boundary.
+inline std::vector<Case> two_move_cases(int S) {
+  if (S == 2) {
+    return {
+        // relu1 fc2 go down and come back.
+        {"S=2 down then up: relu1 fc2 0->1, then 1->0",
+         {{0, 5}, {5, 9}},
+         {{0, 3}, {3, 9}},
+         3,
+         12,
+         {{{{0, 5}, {5, 9}}, 6, "test migration 2"}}},
+        // The way back takes relu2 along: two pieces of one boundary move, one of them moving
+        // for the first time.
+        {"S=2 down then up: relu1 fc2 0->1, then relu1-relu2 1->0",
+         {{0, 5}, {5, 9}},
+         {{0, 3}, {3, 9}},
+         3,
+         12,
+         {{{{0, 6}, {6, 9}}, 6, "test migration 2"}}},
+    };
+  }
+  // fc2 goes up, then back down while fc3 comes up from stage 3.
+  return {
+      {"S=4 up then down: fc2 2->1, then fc2 1->2 and fc3 3->2",
+       {{0, 2}, {2, 4}, {4, 6}, {6, 9}},
+       {{0, 2}, {2, 5}, {5, 6}, {6, 9}},
+       4,
+       16,
+       {{{{0, 2}, {2, 4}, {4, 7}, {7, 9}}, 8, "test migration 2"}}},
   };
 }
 
