@@ -69,7 +69,8 @@ TEST(LiveStage, FourStagesMatchTheEq4Oracle) {
 // it, applies the groups' mean gradient.
 TEST(LiveStage, TwoGroupsMatchTheEq4Oracle) {
   for (const Case& c : live_stage_checks::cases(2)) check_case(c, 2);
-  check_case(live_stage_checks::cases(4).back(), 2);  // both boundaries of a stage at once
+  check_case(live_stage_checks::cases(4).back(), 2);           // both boundaries of a stage at once
+  check_case(live_stage_checks::two_move_cases(2).back(), 2);  // two migrations
 }
 
 // Two live migrations in one run: layers go down and come back up (S = 2, also taking a layer
