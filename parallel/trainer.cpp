@@ -458,10 +458,9 @@ TrainSummary Trainer::run() {
     executor->finish();
     add_memory_stats(&memory, executor->memory_stats());
     const int64_t steps_done = executor->optimizer_steps();
-    const MigrationRecord record = settle_live_migration(executor);
+    settle_live_migration(executor);  // the records go to the observer
     live.reset();
     make_executor(steps_done);
-    if (rank_ == 0 && observer_ != nullptr) observer_->on_migration(record);
   };
   TrainSummary summary;
   summary.first_step = start_step_;

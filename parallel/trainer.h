@@ -345,13 +345,14 @@ class Trainer {
   // --migrate-at (parallel/trainer_live.cpp): the partitions checked before training, and a live
   // migration inside an async-1f1b run: whether there is one, the layers of this stage's store
   // (its core), a store as the run makes them, the executor's configuration, and the final
-  // layout's store once the run has drained (collective; the executor goes).
+  // layout's store once the run has drained (collective; the executor goes; a record per move
+  // to the observer).
   void check_migrations(const PipelineConfig& pipeline);
   bool migrates_live() const;
   std::pair<size_t, size_t> store_range() const;
   std::unique_ptr<graph::ParamStore> make_store(size_t begin, size_t end);
   std::unique_ptr<LiveMigrationConfig> live_migration_config();
-  MigrationRecord settle_live_migration(std::unique_ptr<Executor>& executor);
+  void settle_live_migration(std::unique_ptr<Executor>& executor);
   void resume();
   void check_resumable(const proto::CheckpointManifest& manifest) const;
   // The state slots holding a checkpoint's delayed gradients (--dp-delay), oldest first.

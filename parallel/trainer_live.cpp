@@ -19,6 +19,26 @@ Partition partition_of(const std::vector<std::pair<size_t, size_t>>& ranges) {
   return p;
 }
 
+// The run's live migrations (--migrate-at under async-1f1b): the partitions, each one's first
+// backward on the new stages (the first micro-batch of its step) and its name; no channel yet.
+LiveMigrationConfig live_plan(const PipelineConfig& pipeline) {
+  LiveMigrationConfig live;
+  live.initial = partition_of(pipeline.partition);
+  const auto& moves = pipeline.migrations;
+  for (size_t i = 0; i < moves.size(); ++i) {
+    const int64_t k = moves[i].step * pipeline.micro_batches;
+    const std::string what = "migration at step " + std::to_string(moves[i].step);
+    if (i == 0) {
+      live.next = partition_of(moves[i].partition);
+      live.first_backward = k;
+      live.what = what;
+    } else {
+      live.then.push_back({partition_of(moves[i].partition), k, what});
+    }
+  }
+  return live;
+}
+
 }  // namespace
 
 void Trainer::check_migrations(const PipelineConfig& pipeline) {
@@ -54,10 +74,26 @@ void Trainer::check_migrations(const PipelineConfig& pipeline) {
   STRATA_CHECK(pipeline.schedule == ScheduleKind::kAsync1F1B)
       << what << " is not available (only async-1f1b migrates live); use --migration restart "
       << "(drain, move, start again)";
-  STRATA_CHECK_EQ(pipeline_.migrations.size(), 1u)
-      << what << ": one migration per run (got " << pipeline_.migrations.size()
-      << "); use --migration restart for more";
-  STRATA_CHECK_EQ(pipeline.groups, 1) << what << ": one group only (--groups 1)";
+  // Several moves: each after the previous one has completed (every boundary it moves switched:
+  // its micro-batches [K, F) replayed on the target, the hand-off done), F = K + S - src - 1.
+  const int64_t M = pipeline.micro_batches;
+  for (size_t i = 1; i < pipeline_.migrations.size(); ++i) {
+    const Migration& before = pipeline_.migrations[i - 1];
+    const std::vector<std::pair<size_t, size_t>>& from =
+        i >= 2 ? pipeline_.migrations[i - 2].partition : pipeline_.partition;
+    int64_t last = 0;  // the previous move's last forward switch
+    for (int b = 0; b + 1 < S; ++b) {
+      const size_t was = from[b].second, now = before.partition[b].second;
+      if (was == now) continue;
+      const int src = now < was ? b : b + 1;  // down: b gives; up: b + 1 gives
+      last = std::max(last, before.step * M + S - src - 1);
+    }
+    STRATA_CHECK(pipeline_.migrations[i].step * M > last)
+        << "--migrate-at " << pipeline_.migrations[i].step << " with async-1f1b and --migration "
+        << "live starts before the move at step " << before.step << " has completed (its layers "
+        << "switch stages up to micro-batch " << last << "); migrate at step " << last / M + 1
+        << " or later, or use --migration restart";
+  }
   STRATA_CHECK(config_.compute_dtype == DType::kF32) << what << " needs --precision fp32";
   STRATA_CHECK(config_.optimizer.clip_grad_norm == 0 && config_.nan_policy != NanPolicy::kSkip)
       << what << ": no --clip-grad-norm or --nan-policy skip (a gradient norm over the moved "
@@ -100,33 +136,26 @@ std::unique_ptr<graph::ParamStore> Trainer::make_store(size_t begin, size_t end)
 
 std::pair<size_t, size_t> Trainer::store_range() const {
   if (!migrates_live()) return pipeline_.partition[stage_];
-  LiveMigrationConfig live;
-  live.initial = partition_of(pipeline_.partition);
-  live.next = partition_of(pipeline_.migrations.front().partition);
-  const LayerRange core = LiveStage::core_range(live, stage_);
+  const LayerRange core = LiveStage::core_range(live_plan(pipeline_), stage_);
   return {core.begin, core.end};
 }
 
 std::unique_ptr<LiveMigrationConfig> Trainer::live_migration_config() {
   if (!migrates_live()) return nullptr;
-  const Migration& m = pipeline_.migrations.front();
-  auto live = std::make_unique<LiveMigrationConfig>();
-  live->initial = partition_of(pipeline_.partition);
-  live->next = partition_of(m.partition);
-  // The first micro-batch of step m.step runs the moved layers' backward on their new stages.
-  live->first_backward = m.step * pipeline_.micro_batches;
+  // The first micro-batch of each --migrate-at step runs the moved layers' backward on their new
+  // stages.
+  auto live = std::make_unique<LiveMigrationConfig>(live_plan(pipeline_));
   live->comm = migrate_.get();
   live->transfer.chunk_bytes = pipeline_.migration_chunk_bytes;
   live->transfer.window_bytes = pipeline_.migration_window_bytes;
-  live->what = "migration at step " + std::to_string(m.step);
   live->make_store = [this](size_t begin, size_t end) { return make_store(begin, end); };
   return live;
 }
 
-MigrationRecord Trainer::settle_live_migration(std::unique_ptr<Executor>& executor) {
-  const Migration m = pipeline_.migrations.front();
+void Trainer::settle_live_migration(std::unique_ptr<Executor>& executor) {
+  const std::vector<Migration> moves = pipeline_.migrations;
   const Partition initial = partition_of(pipeline_.partition);
-  const std::pair<size_t, size_t> range = m.partition[stage_];
+  const std::pair<size_t, size_t> range = moves.back().partition[stage_];
   // The final layout's store from the core's and the moved layers' (by parameter name).
   auto store = std::make_unique<graph::ParamStore>(
       *model_, range.first, range.second, ctx_.allocator(), DType::kF32, config_.compute_dtype);
@@ -163,32 +192,43 @@ MigrationRecord Trainer::settle_live_migration(std::unique_ptr<Executor>& execut
   const LiveStageStats stats = executor->live()->stats();
   executor.reset();  // it holds the stores that go now
   store_ = std::move(store);
-  pipeline_.partition = m.partition;
+  pipeline_.partition = moves.back().partition;
   pipeline_.migrations.clear();  // done: the executors from here on are of the final layout
   std::vector<std::string> names;
   for (size_t i = 0; i < model_->size(); ++i) names.push_back(model_->layer(i).name());
-  MigrationRecord record;
-  record.step = m.step;
-  record.mode = MigrationMode::kLive;
-  record.moves = describe_moves(layer_moves(initial, partition_of(m.partition)), names);
-  record.partition = partition_string(partition_of(m.partition), names);
-  // Bytes summed over the ranks; seconds: the targets' time blocked on the hand-off, summed (the
-  // pipeline's only wait for the migration).
-  std::vector<double> totals{static_cast<double>(stats.bytes_sent + stats.bytes_received),
-                             stats.handoff_wait_seconds};
+  // Per migration: bytes summed over the ranks; seconds: the targets' time blocked on the
+  // hand-off, summed (the pipeline's only wait for the migration).
+  std::vector<double> totals;
+  for (size_t i = 0; i < moves.size(); ++i) {
+    totals.push_back(
+        i < stats.migration_bytes.size() ? static_cast<double>(stats.migration_bytes[i]) : 0.0);
+    totals.push_back(i < stats.migration_wait_seconds.size() ? stats.migration_wait_seconds[i]
+                                                             : 0.0);
+  }
   if (world_ != nullptr && world_->size() > 1) {
-    Tensor t = Tensor::from_vector(totals, {2});
+    Tensor t = Tensor::from_vector(totals, {static_cast<int64_t>(totals.size())});
     world_->all_reduce(t)->wait(world_->timeout(), "migration bytes");
     totals = t.to_vector<double>();
   }
-  record.bytes = totals[0];
-  record.seconds = totals[1];
-  if (rank_ == 0) {
-    STRATA_LOG(INFO) << "step " << m.step << ": layers moved live (" << record.moves << "), now "
-                     << record.partition << "; " << static_cast<int64_t>(record.bytes) << " bytes, "
-                     << record.seconds << " s waited for hand-offs";
+  Partition before = initial;
+  for (size_t i = 0; i < moves.size(); ++i) {
+    const Partition after = partition_of(moves[i].partition);
+    MigrationRecord record;
+    record.step = moves[i].step;
+    record.mode = MigrationMode::kLive;
+    record.moves = describe_moves(layer_moves(before, after), names);
+    record.partition = partition_string(after, names);
+    record.bytes = totals[2 * i];
+    record.seconds = totals[2 * i + 1];
+    if (rank_ == 0) {
+      STRATA_LOG(INFO) << "step " << record.step << ": layers moved live (" << record.moves
+                       << "), now " << record.partition << "; "
+                       << static_cast<int64_t>(record.bytes) << " bytes, " << record.seconds
+                       << " s waited for hand-offs";
+    }
+    if (rank_ == 0 && observer_ != nullptr) observer_->on_migration(record);
+    before = after;
   }
-  return record;
 }
 
 }  // namespace strata::parallel

@@ -190,8 +190,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--migration", o.migration,
                   "How --migrate-at moves layers: live (the pipeline keeps running) or restart "
                   "(drain the pipeline, move, start again); synchronous schedules move at a step "
-                  "boundary, where both are the same; async-1f1b moves live once per run (more "
-                  "moves, and 2bw, need restart)")
+                  "boundary, where both are the same; async-1f1b moves live, each move after "
+                  "the previous one has completed, with any --groups (2bw and --repartition need "
+                  "restart)")
       ->check(CLI::IsMember({"live", "restart"}));
   cmd->add_option("--migration-chunk-mb", o.migration_chunk_mb,
                   "--migration live with async-1f1b: the moved layers' inputs, weights and state "

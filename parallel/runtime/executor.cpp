@@ -141,7 +141,12 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
   }
   if (config.live != nullptr) {
     check_live();
-    live_ = std::make_unique<LiveStage>(ctx, model, range.stage, *config.live, config.optimizer);
+    // Several groups: the moved layers' all-reduces on a communicator of their own (the
+    // executor's thread issues them, GroupedDp's threads the core's).
+    if (comms.dp != nullptr && comms.dp->size() > 1)
+      live_dp_ = comms.dp->split(0, comms.dp->rank());
+    live_ = std::make_unique<LiveStage>(ctx, model, range.stage, *config.live, config.optimizer,
+                                        live_dp_.get());
     const StageLayout& layout = live_->layout();
     const int stage = range.stage;
     transfers_.set_boundaries([&layout, stage](int64_t mb, bool gradient) {
@@ -176,8 +181,6 @@ void Executor::check_live() const {
   // a GPU that path is not built (nor tested); --migration restart moves layers there.
   STRATA_CHECK(!ctx_.device().is_cuda())
       << what << " with async-1f1b runs on CPU ranks only; use --migration restart on a GPU";
-  STRATA_CHECK(comms_.dp == nullptr || comms_.dp->size() == 1)
-      << what << " with async-1f1b is for one group (--groups 1) only";
   STRATA_CHECK(comms_.tied == nullptr)
       << what << ": tied parameters split between stages are not supported";
   STRATA_CHECK(config_.optimizer.clip_grad_norm == 0 && !config_.global_norm)

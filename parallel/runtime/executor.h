@@ -244,6 +244,8 @@ class Executor {
   std::vector<Tensor> losses_;
   // The communicators whose caller stream this executor set (reset when it goes).
   std::vector<Communicator*> stream_users_;
+  // G > 1: the live migration's all-reduces of the moved layers (a split of comms.dp).
+  std::unique_ptr<Communicator> live_dp_;
   std::unique_ptr<LiveStage> live_;
 };
 

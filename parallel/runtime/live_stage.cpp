@@ -14,8 +14,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool inside(const BoundaryMove& m, const LayerRange& r) {
-  return m.begin >= r.begin && m.end <= r.end;
+std::string layer_names(const graph::Model& model, size_t begin, size_t end) {
+  std::string s = model.layer(begin).name();
+  if (end - begin > 1) s += "-" + model.layer(end - 1).name();
+  return s;
 }
 
 std::string layers_of(const graph::Model& model, const BoundaryMove& m) {
@@ -28,11 +30,22 @@ std::string layers_of(const graph::Model& model, const BoundaryMove& m) {
 
 }  // namespace
 
-struct LiveStage::Block {
-  BoundaryMove move;
+// One move of a block's layers to or from this stage.
+struct LiveStage::Hop {
+  BoundaryMove move;  // src, tgt, K and F of the boundary move; begin, end: the block's layers
+  size_t migration = 0;
   bool source = false;
-  bool live = false;        // holds the layers now (source: until the hand-off; target: from it)
   bool handed_off = false;  // source: posted; target: received
+  int64_t expected = 0;     // target: items whose layouts the transfer has
+  std::unique_ptr<LiveTransfer> transfer;
+  std::string what;
+};
+
+struct LiveStage::Block {
+  size_t begin = 0, end = 0;  // the layers
+  std::vector<Hop> hops;      // this stage's, in order
+  size_t hop = 0;             // the next hop not done
+  bool live = false;          // holds the layers now
   std::unique_ptr<graph::ParamStore> store;
   std::unique_ptr<graph::Optimizer> optimizer;
   std::unique_ptr<StageMemory> memory;
@@ -41,79 +54,145 @@ struct LiveStage::Block {
   std::map<int64_t, int64_t> pending;     // micro-batch -> version: backward still to run here
   std::map<int64_t, TensorList> shipped;  // target: the layers' inputs, by micro-batch
   bool grads_pending = false;             // a backward ran since the last update
-  int64_t expected = 0;                   // target: items whose layouts the transfer has
-  std::unique_ptr<LiveTransfer> transfer;
-  std::string what;
+  // The hop under way: the next one, while any is left.
+  Hop* current() { return hop < hops.size() ? &hops[hop] : nullptr; }
+  // The source hop whose micro-batches [K, F) include `mb`, if any.
+  const Hop* shipping(int64_t mb) const {
+    for (const Hop& h : hops) {
+      if (h.source && mb >= h.move.first_backward && mb < h.move.first_forward) return &h;
+    }
+    return nullptr;
+  }
 };
 
+std::vector<Partition> LiveStage::partitions(const LiveMigrationConfig& config) {
+  std::vector<Partition> out{config.initial, config.next};
+  for (const LiveMigrationStep& m : config.then) out.push_back(m.next);
+  return out;
+}
+
 LayerRange LiveStage::core_range(const LiveMigrationConfig& config, int stage) {
-  const LayerRange& a = config.initial.at(static_cast<size_t>(stage));
-  const LayerRange& b = config.next.at(static_cast<size_t>(stage));
-  return {std::max(a.begin, b.begin), std::min(a.end, b.end)};
+  LayerRange core = config.initial.at(static_cast<size_t>(stage));
+  for (const Partition& p : partitions(config)) {
+    const LayerRange& r = p.at(static_cast<size_t>(stage));
+    core = {std::max(core.begin, r.begin), std::min(core.end, r.end)};
+  }
+  return core;
 }
 
 LiveStage::LiveStage(ExecContext& ctx, graph::Model& model, int stage,
-                     const LiveMigrationConfig& config, const graph::OptimizerConfig& optimizer)
+                     const LiveMigrationConfig& config, const graph::OptimizerConfig& optimizer,
+                     Communicator* dp)
     : ctx_(ctx),
       model_(model),
       stage_(stage),
       config_(config),
       optimizer_(optimizer),
+      dp_(dp),
       layout_(config.initial),
       core_(core_range(config, stage)) {
   layout_.add_live_migration(config.next, config.first_backward);
+  for (const LiveMigrationStep& m : config.then)
+    layout_.add_live_migration(m.next, m.first_backward);
   STRATA_CHECK(core_.begin < core_.end)
       << config.what << ": stage " << stage << " would keep none of its layers [" << core_.begin
-      << ", " << core_.end << ") through the migration; move fewer layers at once, or use "
-      << "--migration restart";
+      << ", " << core_.end << ") through the migration" << (config.then.empty() ? "" : "s")
+      << "; move fewer layers at once, or use --migration restart";
   STRATA_CHECK(config.comm != nullptr) << config.what << ": no migration communicator";
   STRATA_CHECK(config.make_store != nullptr) << config.what << ": no store maker";
-  const size_t slots = graph::optimizer_slot_names(optimizer).size();
-  const auto& moves = layout_.migrations().front();
-  for (size_t i = 0; i < moves.size(); ++i) {
-    const BoundaryMove& m = moves[i];
-    if (m.src != stage && m.tgt != stage) continue;
-    auto b = std::make_unique<Block>();
-    b->move = m;
-    b->source = m.src == stage;
-    b->live = b->source;
-    b->what = config.what + " (" + layers_of(model, m) + ")";
-    b->store = config.make_store(m.begin, m.end);
-    STRATA_CHECK(b->store->begin() == m.begin && b->store->end() == m.end)
-        << b->what << ": the store maker gave layers [" << b->store->begin() << ", "
-        << b->store->end() << ")";
-    STRATA_CHECK(b->store->tied_copies().empty())
-        << b->what << ": the moved layers hold a tied parameter; keep them in place";
-    b->store->ensure_state(slots);
-    b->optimizer = std::make_unique<graph::Optimizer>(*b->store, optimizer);
-    b->memory =
-        std::make_unique<StageMemory>(ctx, model, *b->store, m.begin, m.end, MemoryPlan(), nullptr);
-    b->versions = std::make_unique<WeightVersions>(ctx, *b->store);
-    LiveTransferConfig transfer = config.transfer;
-    transfer.tag_base = config.transfer.tag_base + static_cast<int>(i) * 8192;
-    // The inputs of micro-batches [K, F), then the hand-off.
-    const int64_t items = m.first_forward - m.first_backward + 1;
-    b->transfer = std::make_unique<LiveTransfer>(
-        *config.comm, b->source ? m.tgt : m.src,
-        b->source ? LiveTransfer::Role::kSource : LiveTransfer::Role::kTarget, items, b->what,
-        transfer);
-    blocks_.push_back(std::move(b));
+  // The pieces: maximal runs of layers with the same stage in every partition; those that change
+  // stage are blocks, with a hop per migration that moves them. Every stage enumerates every hop
+  // in the same order (a communicator split each, collective over the migration's).
+  const std::vector<Partition> parts = partitions(config);
+  auto owner = [&](size_t p, size_t layer) {
+    for (size_t s = 0; s < parts[p].size(); ++s) {
+      if (layer >= parts[p][s].begin && layer < parts[p][s].end) return static_cast<int>(s);
+    }
+    return -1;
+  };
+  auto owners = [&](size_t layer) {
+    std::vector<int> o;
+    for (size_t p = 0; p < parts.size(); ++p) o.push_back(owner(p, layer));
+    return o;
+  };
+  const auto& moves = layout_.migrations();
+  for (size_t begin = 0; begin < model.size();) {
+    const std::vector<int> o = owners(begin);
+    size_t end = begin + 1;
+    while (end < model.size() && owners(end) == o) ++end;
+    std::unique_ptr<Block> b;
+    for (size_t i = 0; i + 1 < o.size(); ++i) {
+      if (o[i] == o[i + 1]) continue;
+      // The hop's two stages: ranks 0 and 1 (by stage) of a communicator of their own.
+      const bool here = o[i] == stage || o[i + 1] == stage;
+      std::unique_ptr<Communicator> comm = config.comm->split(here ? 0 : -1, stage);
+      if (!here) continue;
+      const BoundaryMove* whole = nullptr;
+      for (const BoundaryMove& m : moves[i]) {
+        if (m.begin <= begin && end <= m.end) whole = &m;
+      }
+      STRATA_CHECK(whole != nullptr && whole->src == o[i] && whole->tgt == o[i + 1])
+          << config.what << ": layers [" << begin << ", " << end << ") are in no move of migration "
+          << i + 1;
+      if (b == nullptr) {
+        b = std::make_unique<Block>();
+        b->begin = begin;
+        b->end = end;
+        b->live = o[0] == stage;
+      }
+      Hop h;
+      h.move = *whole;
+      h.move.begin = begin;
+      h.move.end = end;
+      h.migration = i;
+      h.source = o[i] == stage;
+      std::string name = config.what;
+      if (i > 0 && i - 1 < config.then.size()) name = config.then[i - 1].what;
+      h.what = name + " (" + layers_of(model, h.move) + ")";
+      // The inputs of micro-batches [K, F), then the hand-off.
+      const int64_t items = h.move.first_forward - h.move.first_backward + 1;
+      h.transfer = std::make_unique<LiveTransfer>(
+          *comm, 1 - comm->rank(),
+          h.source ? LiveTransfer::Role::kSource : LiveTransfer::Role::kTarget, items, h.what,
+          config.transfer);
+      hop_comms_.push_back(std::move(comm));
+      b->hops.push_back(std::move(h));
+    }
+    if (b != nullptr) {
+      make_block_stores(*b);
+      blocks_.push_back(std::move(b));
+    }
+    begin = end;
   }
-  std::sort(blocks_.begin(), blocks_.end(),
-            [](const auto& x, const auto& y) { return x->move.begin < y->move.begin; });
+}
+
+void LiveStage::make_block_stores(Block& b) {
+  const std::string what = config_.what + " (" + layer_names(model_, b.begin, b.end) + ")";
+  b.store = config_.make_store(b.begin, b.end);
+  STRATA_CHECK(b.store->begin() == b.begin && b.store->end() == b.end)
+      << what << ": the store maker gave layers [" << b.store->begin() << ", " << b.store->end()
+      << ")";
+  STRATA_CHECK(b.store->tied_copies().empty())
+      << what << ": the moved layers hold a tied parameter; keep them in place";
+  b.store->ensure_state(graph::optimizer_slot_names(optimizer_).size());
+  b.optimizer = std::make_unique<graph::Optimizer>(*b.store, optimizer_);
+  b.memory =
+      std::make_unique<StageMemory>(ctx_, model_, *b.store, b.begin, b.end, MemoryPlan(), nullptr);
+  b.versions = std::make_unique<WeightVersions>(ctx_, *b.store);
 }
 
 LiveStage::~LiveStage() = default;
 
-void LiveStage::expect_items(Block& b, int64_t up_to, MicroBatchSource& source) {
-  if (b.source) return;
-  const BoundaryMove& m = b.move;
+void LiveStage::expect_items(Block& b, Hop& h, int64_t up_to, MicroBatchSource& source) {
+  if (h.source || h.handed_off || b.store == nullptr) return;
+  const BoundaryMove& m = h.move;
   const int64_t inputs = m.first_forward - m.first_backward;
+  if (h.expected > inputs) return;
   // The inputs of micro-batches up to `up_to` (asked for as the target reaches them: the rows of
   // a later one would make the data loader skip ahead), then the hand-off.
   const graph::TensorSpecs& specs = model_.specs_before(m.begin);
-  while (b.expected < inputs && m.first_backward + b.expected <= up_to) {
-    const int64_t j = m.first_backward + b.expected;
+  while (h.expected < inputs && m.first_backward + h.expected <= up_to) {
+    const int64_t j = m.first_backward + h.expected;
     std::vector<std::pair<Shape, DType>> layout;
     for (const auto& spec : specs) {
       Shape shape{source.info(j).rows};
@@ -121,9 +200,9 @@ void LiveStage::expect_items(Block& b, int64_t up_to, MicroBatchSource& source) 
       layout.push_back({shape, spec.dtype});
     }
     layout.push_back({b.store->params().shape(), b.store->params().dtype()});
-    b.transfer->expect(b.expected++, layout);
+    h.transfer->expect(h.expected++, layout);
   }
-  if (b.expected != inputs) return;
+  if (h.expected != inputs) return;
   std::vector<std::pair<Shape, DType>> handoff{
       {b.store->params().shape(), b.store->params().dtype()}};
   for (size_t s = 0; s < graph::optimizer_slot_names(optimizer_).size(); ++s) {
@@ -133,13 +212,18 @@ void LiveStage::expect_items(Block& b, int64_t up_to, MicroBatchSource& source) 
     handoff.push_back({b.store->buffers().shape(), b.store->buffers().dtype()});
   }
   if (m.tgt < m.src) handoff.push_back({b.store->params().shape(), b.store->params().dtype()});
-  b.transfer->expect(b.expected++, handoff);
+  h.transfer->expect(h.expected++, handoff);
 }
 
 void LiveStage::receive_handoff(Block& b, const std::string& waiter, MicroBatchSource& source) {
-  expect_items(b, b.move.first_forward, source);
+  Hop* hp = b.current();
+  STRATA_CHECK(hp != nullptr && !hp->source)
+      << config_.what << ": " << waiter << " needs " << layer_names(model_, b.begin, b.end)
+      << ", which no migration brings to stage " << stage_;
+  Hop& h = *hp;
+  expect_items(b, h, h.move.first_forward, source);
   const auto start = Clock::now();
-  const BoundaryMove& m = b.move;
+  const BoundaryMove& m = h.move;
   const int S = layout_.stages();
   const auto on_device = [&](const Tensor& host) {
     Tensor t = Tensor::empty(host.shape(), host.dtype(), &ctx_.allocator());
@@ -149,7 +233,7 @@ void LiveStage::receive_handoff(Block& b, const std::string& waiter, MicroBatchS
   // The shipped micro-batches: their inputs, and the weights their forward used at the source
   // (Eq. 4 there) as stashed versions.
   for (int64_t j = m.first_backward; j < m.first_forward; ++j) {
-    std::vector<Tensor> item = b.transfer->wait(j - m.first_backward, waiter);
+    std::vector<Tensor> item = h.transfer->wait(j - m.first_backward, waiter);
     const int64_t version = async_forward_version(S, m.src, j);
     if (!b.versions->kept(version)) {
       b.store->params().copy_from(item.back());
@@ -163,7 +247,7 @@ void LiveStage::receive_handoff(Block& b, const std::string& waiter, MicroBatchS
     ++stats_.inputs_received;
   }
   const std::vector<Tensor> handoff =
-      b.transfer->wait(m.first_forward - m.first_backward, waiter + " (the hand-off)");
+      h.transfer->wait(m.first_forward - m.first_backward, waiter + " (the hand-off)");
   size_t k = 1;  // [0]: the parameters, put in last (the latest version)
   for (size_t s = 0; s < graph::optimizer_slot_names(optimizer_).size(); ++s) {
     b.store->state(s).copy_from(handoff[k++]);
@@ -178,15 +262,21 @@ void LiveStage::receive_handoff(Block& b, const std::string& waiter, MicroBatchS
   b.store->params().copy_from(handoff[0]);
   b.latest = m.first_backward;  // the source applied the updates of micro-batches [0, K)
   b.live = true;
-  b.handed_off = true;
+  h.handed_off = true;
+  ++b.hop;
   ++stats_.handoffs_received;
-  stats_.handoff_wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.handoff_wait_seconds += waited;
+  stats_.migration_wait_seconds.resize(layout_.migrations().size(), 0.0);
+  stats_.migration_wait_seconds[h.migration] += waited;
 }
 
 TensorList LiveStage::forward(int64_t mb, const TensorList& inputs,
                               const graph::ForwardOptions& options, const CoreForward& core,
                               MicroBatchSource& source) {
-  for (auto& b : blocks_) expect_items(*b, mb, source);
+  for (auto& b : blocks_) {
+    for (Hop& h : b->hops) expect_items(*b, h, mb, source);
+  }
   const LayerRange range = layout_.forward_range(stage_, mb);
   TensorList x = inputs;
   bool core_done = false;
@@ -196,14 +286,11 @@ TensorList LiveStage::forward(int64_t mb, const TensorList& inputs,
   };
   for (auto& bp : blocks_) {
     Block& b = *bp;
-    if (!core_done && b.move.begin >= core_.end) run_core();
-    if (!inside(b.move, range)) continue;
-    if (!b.source && !b.handed_off) {
-      receive_handoff(
-          b, "Forward(mb " + std::to_string(mb) + ") on stage " + std::to_string(stage_), source);
-    }
-    STRATA_CHECK(b.live) << b.what << ": Forward(mb " << mb << ") on stage " << stage_
-                         << " after the layers left it";
+    if (!core_done && b.begin >= core_.end) run_core();
+    if (!(b.begin >= range.begin && b.end <= range.end)) continue;
+    const std::string waiter =
+        "Forward(mb " + std::to_string(mb) + ") on stage " + std::to_string(stage_);
+    if (!b.live) receive_handoff(b, waiter, source);
     // Eq. 4: the version of the stage that runs the forward.
     const int64_t version = async_forward_version(layout_.stages(), stage_, mb);
     b.versions->use(version, b.latest, "Forward (moved layers)", mb);
@@ -211,15 +298,15 @@ TensorList LiveStage::forward(int64_t mb, const TensorList& inputs,
     o.weight_version = static_cast<uint64_t>(version);
     const TensorList in = x;
     x = b.memory->forward(mb, in, o);
-    if (b.source && mb >= b.move.first_backward && mb < b.move.first_forward) {
+    if (const Hop* h = b.shipping(mb)) {
       // Its backward runs on the target: the inputs and the weights go there, the tapes go.
       std::vector<Tensor> item;
       for (const Tensor& t : in) {
-        STRATA_CHECK(t.defined()) << b.what << ": an undefined input of the moved layers";
+        STRATA_CHECK(t.defined()) << h->what << ": an undefined input of the moved layers";
         item.push_back(t);
       }
       item.push_back(b.store->params());
-      b.transfer->post(mb - b.move.first_backward, item);
+      h->transfer->post(mb - h->move.first_backward, item);
       b.memory->drop(mb);
       ++stats_.inputs_sent;
     } else {
@@ -242,21 +329,20 @@ TensorList LiveStage::backward(int64_t mb, const TensorList& grads,
   };
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
     Block& b = **it;
-    if (!core_done && b.move.end <= core_.begin) run_core();
-    if (!inside(b.move, range)) continue;
+    if (!core_done && b.end <= core_.begin) run_core();
+    if (!(b.begin >= range.begin && b.end <= range.end)) continue;
     const std::string waiter =
         "Backward(mb " + std::to_string(mb) + ") on stage " + std::to_string(stage_);
-    if (!b.source && !b.handed_off) receive_handoff(b, waiter, source);
-    STRATA_CHECK(b.live) << b.what << ": " << waiter << " after the layers left it";
+    if (!b.live) receive_handoff(b, waiter, source);
     const auto p = b.pending.find(mb);
-    STRATA_CHECK(p != b.pending.end())
-        << b.what << ": " << waiter << " finds no forward of the moved layers";
+    STRATA_CHECK(p != b.pending.end()) << config_.what << ": " << waiter << " finds no forward of "
+                                       << layer_names(model_, b.begin, b.end);
     b.versions->use(p->second, b.latest, "Backward (moved layers)", mb);
     const auto shipped = b.shipped.find(mb);
     if (shipped != b.shipped.end()) {
       // Forwarded at the source: replay it here on the same inputs, weights and options (its
       // running statistics as they are: one forward updates them, at the source).
-      Tensor buffers = b.store->bound_buffers(b.move.begin, b.move.end);
+      Tensor buffers = b.store->bound_buffers(b.begin, b.end);
       const Tensor kept = buffers.defined() ? buffers.clone() : Tensor();
       graph::ForwardOptions o = options;
       o.weight_version = static_cast<uint64_t>(p->second);
@@ -283,11 +369,36 @@ void LiveStage::release_unneeded(Block& b) {
   });
 }
 
+void LiveStage::reduce_over_groups(Block& b, int64_t step) {
+  const std::string what = config_.what + " (" + layer_names(model_, b.begin, b.end) +
+                           "): the all-reduce over the groups of update " + std::to_string(step) +
+                           " on stage " + std::to_string(stage_);
+  // On copies: a communicator may hold on to the tensors of a collective after its wait (the
+  // local one until every rank has seen it), and the store's storages are to be freed at the
+  // hand-off.
+  Tensor grads = b.store->grads().clone();
+  dp_->all_reduce(grads)->wait(dp_->timeout(), what + " (gradients)");
+  b.store->grads().copy_from(grads);
+  const Tensor& buffers = b.store->buffers();
+  if (!buffers.defined() || buffers.numel() == 0) return;
+  // x 1/G in double, as GroupedDp averages the core's statistics (float32, host memory: the
+  // migration runs on CPU ranks only).
+  STRATA_CHECK(buffers.dtype() == DType::kF32 && buffers.device().is_cpu())
+      << what << ": the statistics must be float32 in host memory";
+  Tensor sum = buffers.clone();
+  dp_->all_reduce(sum)->wait(dp_->timeout(), what + " (running statistics)");
+  const double factor = 1.0 / static_cast<double>(dp_->size());
+  const float* in = sum.data<float>();
+  float* out = buffers.data<float>();
+  for (int64_t i = 0; i < buffers.numel(); ++i) out[i] = static_cast<float>(in[i] * factor);
+}
+
 double LiveStage::update(int64_t step) {
   double sq = 0.0;
   for (auto& bp : blocks_) {
     Block& b = *bp;
     if (!b.grads_pending) continue;
+    if (dp_ != nullptr && dp_->size() > 1) reduce_over_groups(b, step);
     b.versions->restore_latest();
     for (const auto& [mb, v] : b.pending) {
       if (v == b.latest) {
@@ -297,9 +408,10 @@ double LiveStage::update(int64_t step) {
     }
     // The hand-off of a move up also carries the version before it: the target's first forward
     // of the layers (Forward(F), before its Backward(K - 1)) uses it by Eq. 4.
-    const bool hands_off = b.source && b.latest + 1 == b.move.first_backward;
+    const Hop* h = b.current();
+    const bool hands_off = h != nullptr && h->source && b.latest + 1 == h->move.first_backward;
     const Tensor before =
-        hands_off && b.move.tgt < b.move.src ? b.store->params().clone() : Tensor();
+        hands_off && h->move.tgt < h->move.src ? b.store->params().clone() : Tensor();
     double local = 0.0;
     b.optimizer->step(ctx_, step, [&local](double l) {
       local = l;
@@ -310,53 +422,60 @@ double LiveStage::update(int64_t step) {
     b.grads_pending = false;
     sq += local;
     ++stats_.moved_updates;
-    if (!hands_off) continue;
-    // The last backward of the layers here is done: the hand-off, and the layers go.
-    STRATA_CHECK(b.pending.empty())
-        << b.what << ": stage " << stage_ << " hands off with " << b.pending.size()
-        << " backwards of the moved layers still to run";
-    STRATA_CHECK_EQ(b.memory->live_records(), 0)
-        << b.what << ": stage " << stage_ << " hands off with saved tensors left";
-    {
-      std::vector<Tensor> handoff{b.store->params()};  // copied by post()
-      for (size_t s = 0; s < graph::optimizer_slot_names(optimizer_).size(); ++s) {
-        handoff.push_back(b.store->state(s));
-      }
-      if (b.store->buffers().defined() && b.store->buffers().numel() > 0) {
-        handoff.push_back(b.store->buffers());
-      }
-      if (before.defined()) handoff.push_back(before);
-      b.transfer->post(b.move.first_forward - b.move.first_backward, handoff);
-    }
-    ++stats_.handoffs_sent;
-    // The bytes given back: the block's store's storages (parameters, gradients, optimizer state,
-    // buffers) whose last owner was the block. Counted by the storages themselves, not by the
-    // allocator's bytes in use, which the transfer thread changes meanwhile (its chunks).
-    std::vector<std::pair<std::weak_ptr<Storage>, size_t>> owned;
-    auto own = [&owned](const Tensor& t) {
-      if (!t.defined()) return;
-      for (const auto& o : owned) {
-        if (o.first.lock() == t.storage()) return;  // views of one storage count once
-      }
-      owned.emplace_back(t.storage(), t.storage()->nbytes());
-    };
-    own(b.store->params());
-    own(b.store->grads());
-    own(b.store->buffers());
-    for (size_t s = 0; s < graph::optimizer_slot_names(optimizer_).size(); ++s) {
-      own(b.store->state(s));
-    }
-    b.memory.reset();
-    b.versions.reset();
-    b.optimizer.reset();
-    b.store.reset();
-    for (const auto& [storage, bytes] : owned) {
-      if (storage.expired()) stats_.freed_bytes += bytes;
-    }
-    b.live = false;
-    b.handed_off = true;
+    if (hands_off) hand_off(b, before);
   }
   return sq;
+}
+
+void LiveStage::hand_off(Block& b, const Tensor& before) {
+  Hop& h = *b.current();
+  // The last backward of the layers here is done: the hand-off, and the layers go.
+  STRATA_CHECK(b.pending.empty()) << h.what << ": stage " << stage_ << " hands off with "
+                                  << b.pending.size()
+                                  << " backwards of the moved layers still to run";
+  STRATA_CHECK_EQ(b.memory->live_records(), 0)
+      << h.what << ": stage " << stage_ << " hands off with saved tensors left";
+  {
+    std::vector<Tensor> handoff{b.store->params()};  // copied by post()
+    for (size_t s = 0; s < graph::optimizer_slot_names(optimizer_).size(); ++s) {
+      handoff.push_back(b.store->state(s));
+    }
+    if (b.store->buffers().defined() && b.store->buffers().numel() > 0) {
+      handoff.push_back(b.store->buffers());
+    }
+    if (before.defined()) handoff.push_back(before);
+    h.transfer->post(h.move.first_forward - h.move.first_backward, handoff);
+  }
+  ++stats_.handoffs_sent;
+  // The bytes given back: the block's store's storages (parameters, gradients, optimizer state,
+  // buffers) whose last owner was the block. Counted by the storages themselves, not by the
+  // allocator's bytes in use, which the transfer thread changes meanwhile (its chunks).
+  std::vector<std::pair<std::weak_ptr<Storage>, size_t>> owned;
+  auto own = [&owned](const Tensor& t) {
+    if (!t.defined()) return;
+    for (const auto& o : owned) {
+      if (o.first.lock() == t.storage()) return;  // views of one storage count once
+    }
+    owned.emplace_back(t.storage(), t.storage()->nbytes());
+  };
+  own(b.store->params());
+  own(b.store->grads());
+  own(b.store->buffers());
+  for (size_t s = 0; s < graph::optimizer_slot_names(optimizer_).size(); ++s) {
+    own(b.store->state(s));
+  }
+  b.memory.reset();
+  b.versions.reset();
+  b.optimizer.reset();
+  b.store.reset();
+  for (const auto& [storage, bytes] : owned) {
+    if (storage.expired()) stats_.freed_bytes += bytes;
+  }
+  b.live = false;
+  h.handed_off = true;
+  ++b.hop;
+  // The layers come back in a later migration: stores to receive them into.
+  if (b.current() != nullptr) make_block_stores(b);
 }
 
 std::vector<const graph::ParamStore*> LiveStage::stores() const {
@@ -382,16 +501,21 @@ int64_t LiveStage::live_records() const {
 }
 
 void LiveStage::finish() {
+  stats_.migration_bytes.assign(layout_.migrations().size(), 0);
+  stats_.migration_wait_seconds.resize(layout_.migrations().size(), 0.0);
   for (auto& b : blocks_) {
-    STRATA_CHECK(b->handed_off) << b->what << ": the run ended on stage " << stage_
-                                << " before the hand-off (micro-batch " << b->move.first_backward
-                                << "); migrate earlier in the run";
+    for (Hop& h : b->hops) {
+      STRATA_CHECK(h.handed_off) << h.what << ": the run ended on stage " << stage_
+                                 << " before the hand-off (micro-batch " << h.move.first_backward
+                                 << "); migrate earlier in the run";
+      h.transfer->finish();
+      const LiveTransferStats t = h.transfer->stats();
+      (h.source ? stats_.bytes_sent : stats_.bytes_received) += t.bytes;
+      stats_.migration_bytes[h.migration] += t.bytes;
+    }
     STRATA_CHECK(b->pending.empty() && b->shipped.empty())
-        << b->what << ": stage " << stage_ << " finished with " << b->pending.size()
+        << config_.what << ": stage " << stage_ << " finished with " << b->pending.size()
         << " backwards of moved layers still to run";
-    b->transfer->finish();
-    const LiveTransferStats t = b->transfer->stats();
-    (b->source ? stats_.bytes_sent : stats_.bytes_received) += t.bytes;
   }
 }
 

@@ -31,9 +31,28 @@
 // applied once, in micro-batch order, on the stage that ran the backward. The bytes go through
 // LiveTransfer (a low-priority thread, in chunks with a window).
 //
-// Limits (refused by the caller, named): one migration per run, float32 stores (no mixed
-// precision), one data-parallel group, no gradient clipping or --nan-policy skip (a global norm
-// over the blocks), the keep memory policy for the moved layers, no tied parameters in them.
+// Several migrations per run (LiveMigrationConfig::then): each starts after the previous one has
+// switched every boundary (StageLayout: its first backward K' > every F before it). The layers
+// are cut into pieces: maximal runs of layers that have the same stage in every partition. The
+// core is the layers a stage holds in every partition; each other piece a stage ever holds is a
+// block on it, with its hops: the migrations in which the piece moves to or from the stage, in
+// order, each a move as above (K and F of the boundary move the piece is part of). A block that
+// hands off and comes back later (a move down, then up) makes its store again at its hand-off
+// and is filled by the later one. Every hop has a communicator of its own, of its two stages (a
+// split of the migration's, made for every hop in the same order on every stage), so the
+// transfers of different hops between the same two stages never match each other's messages.
+//
+// G data-parallel groups (GroPipe): every group's pipeline moves the same layers at the same
+// micro-batch (each group's stages migrate among themselves). At each update of a block, the
+// stage that holds it (the source before the hand-off, the target from it) sums the block's
+// gradients over the groups and averages its running statistics (sum, then x 1/G, as GroupedDp
+// does for the core's) on a data-parallel communicator of its own, before the block's optimizer
+// step. Every group's rank of a stage runs the same program over the same layout, so the blocks
+// meet in the same order on all of them.
+//
+// Limits (refused by the caller, named): float32 stores (no mixed
+// precision), no gradient clipping or --nan-policy skip (a global norm over the blocks), no
+// --dp-delay, the keep memory policy for the moved layers, no tied parameters in them.
 #pragma once
 
 #include <cstdint>
@@ -57,11 +76,19 @@
 
 namespace strata::parallel {
 
+// A later migration of the same run.
+struct LiveMigrationStep {
+  Partition next;              // the partition after it
+  int64_t first_backward = 0;  // its K
+  std::string what;            // names it in errors
+};
+
 struct LiveMigrationConfig {
-  Partition initial;             // the stages' layers before the migration
-  Partition next;                // and after it
-  int64_t first_backward = 0;    // K: the first micro-batch whose moved layers run backward on tgt
-  Communicator* comm = nullptr;  // the migration's channel (a split of the pipeline's)
+  Partition initial;           // the stages' layers before the migration
+  Partition next;              // and after it
+  int64_t first_backward = 0;  // K: the first micro-batch whose moved layers run backward on tgt
+  std::vector<LiveMigrationStep> then;  // later migrations, in order (each after the previous)
+  Communicator* comm = nullptr;         // the migration's channel (a split of the pipeline's)
   LiveTransferConfig transfer;
   std::string what = "live migration";  // names the migration in errors
   // Makes (and initializes, as the run initializes every store) a store of layers [begin, end):
@@ -81,19 +108,25 @@ struct LiveStageStats {
   size_t freed_bytes = 0;
   size_t bytes_sent = 0, bytes_received = 0;
   double handoff_wait_seconds = 0.0;  // target: blocked on the hand-off
+  // Per migration (after finish()): bytes sent and received, seconds blocked on hand-offs.
+  std::vector<size_t> migration_bytes;
+  std::vector<double> migration_wait_seconds;
 };
 
 class LiveStage {
  public:
-  // `stage` of the initial partition's stages; `core_store` holds the stage's core layers.
+  // `stage` of the initial partition's stages. `dp` (not owned; null or one rank: one group):
+  // this stage in every group, for the blocks' gradient and statistics all-reduces only.
   LiveStage(ExecContext& ctx, graph::Model& model, int stage, const LiveMigrationConfig& config,
-            const graph::OptimizerConfig& optimizer);
+            const graph::OptimizerConfig& optimizer, Communicator* dp = nullptr);
   ~LiveStage();
   LiveStage(const LiveStage&) = delete;
   LiveStage& operator=(const LiveStage&) = delete;
 
-  // The layers no migration moves (the intersection of the stage's ranges before and after).
+  // The layers no migration moves (the intersection of the stage's ranges in every partition).
   static LayerRange core_range(const LiveMigrationConfig& config, int stage);
+  // The partitions: the initial one, then after each migration.
+  static std::vector<Partition> partitions(const LiveMigrationConfig& config);
   const StageLayout& layout() const { return layout_; }
 
   // A training forward of `mb` through the stage's parts from `inputs`; `core` runs the core.
@@ -120,19 +153,27 @@ class LiveStage {
   std::vector<const graph::ParamStore*> stores() const;
 
  private:
+  struct Hop;
   struct Block;
+  // The block's stores (parameters, optimizer, saved tensors, weight versions), made afresh.
+  void make_block_stores(Block& b);
   void receive_handoff(Block& b, const std::string& waiter, MicroBatchSource& source);
-  void expect_items(Block& b, int64_t up_to, MicroBatchSource& source);
+  void expect_items(Block& b, Hop& h, int64_t up_to, MicroBatchSource& source);
   void release_unneeded(Block& b);
+  void hand_off(Block& b, const Tensor& before);
+  // G > 1: the block's gradients summed and its statistics averaged over the groups.
+  void reduce_over_groups(Block& b, int64_t step);
 
   ExecContext& ctx_;
   graph::Model& model_;
   int stage_;
   LiveMigrationConfig config_;
   graph::OptimizerConfig optimizer_;
+  Communicator* dp_;
   StageLayout layout_;
   LayerRange core_;
-  std::vector<std::unique_ptr<Block>> blocks_;  // in layer order
+  std::vector<std::unique_ptr<Communicator>> hop_comms_;  // this stage's hops' communicators
+  std::vector<std::unique_ptr<Block>> blocks_;            // in layer order
   LiveStageStats stats_;
 };
 

@@ -1,6 +1,7 @@
 // A live migration inside async-1f1b's executor (parallel/runtime/live_stage.h) against an
 // independent one-process oracle of the weight versions vPIPE's Eq. 4 prescribes; shared by the
-// local-thread test (test_live_stage.cpp) and the MPI one (test_live_stage_mpi.cpp).
+// local-thread test (test_live_stage.cpp) and the MPI one (test_live_stage_mpi.cpp), with one or
+// several data-parallel groups.
 //
 // The oracle knows nothing of the executor, the stores or the protocol: one store of the whole
 // model and every version of it (W[u]: after u updates). Micro-batch j runs forward with each
@@ -47,25 +48,81 @@ inline std::unique_ptr<graph::Model> make_model() {
   return model;
 }
 
+// Group `group` of `groups`: its own rows of every micro-batch; the loss of each micro-batch is
+// normalized by the rows of all groups (the sum of the groups' gradients is their mean).
 class Source final : public MicroBatchSource {
  public:
-  Info info(int64_t mb) override { return {mb, 0, 4, 4.0}; }
+  explicit Source(int group = 0, int groups = 1) : group_(group), groups_(groups) {}
+  Info info(int64_t mb) override { return {mb, 0, 4, 4.0 * groups_}; }
   TensorList input(int64_t mb) override {
-    return {strata::testing::random_tensor({4, 6}, 300 + static_cast<uint64_t>(mb), -1, 1,
-                                           DType::kF32)};
+    return {strata::testing::random_tensor({4, 6}, seed(300, mb), -1, 1, DType::kF32)};
   }
-  Tensor target(int64_t mb) override {
-    return strata::testing::random_ids({4}, 3, 400 + static_cast<uint64_t>(mb));
+  Tensor target(int64_t mb) override { return strata::testing::random_ids({4}, 3, seed(400, mb)); }
+
+ private:
+  uint64_t seed(uint64_t base, int64_t mb) const {
+    return base + static_cast<uint64_t>(mb) + 1000 * static_cast<uint64_t>(group_);
   }
+  int group_, groups_;
 };
 
 struct Case {
   std::string name;
   Partition initial, next;
-  int64_t first_backward = 0;  // K
-  int64_t micro_batches = 0;   // N
+  int64_t first_backward = 0;                // K
+  int64_t micro_batches = 0;                 // N
+  std::vector<LiveMigrationStep> then = {};  // later migrations
   int stages() const { return static_cast<int>(initial.size()); }
+  StageLayout layout() const {
+    StageLayout l(initial);
+    l.add_live_migration(next, first_backward);
+    for (const LiveMigrationStep& m : then) l.add_live_migration(m.next, m.first_backward);
+    return l;
+  }
+  const Partition& last() const { return then.empty() ? next : then.back().next; }
 };
+
+// One move of a piece of layers (a maximal run of layers that have the same stage in every
+// partition) between two stages: what the stages' blocks hand over.
+struct PieceMove {
+  size_t begin = 0, end = 0;
+  int src = 0, tgt = 0;
+};
+
+inline std::vector<PieceMove> piece_moves(const Case& c, size_t layers) {
+  std::vector<Partition> parts{c.initial, c.next};
+  for (const LiveMigrationStep& m : c.then) parts.push_back(m.next);
+  auto owners = [&](size_t layer) {
+    std::vector<int> o;
+    for (const Partition& p : parts) {
+      for (size_t s = 0; s < p.size(); ++s) {
+        if (layer >= p[s].begin && layer < p[s].end) o.push_back(static_cast<int>(s));
+      }
+    }
+    return o;
+  };
+  std::vector<PieceMove> out;
+  for (size_t begin = 0; begin < layers;) {
+    const std::vector<int> o = owners(begin);
+    size_t end = begin + 1;
+    while (end < layers && owners(end) == o) ++end;
+    for (size_t i = 0; i + 1 < o.size(); ++i) {
+      if (o[i] != o[i + 1]) out.push_back({begin, end, o[i], o[i + 1]});
+    }
+    begin = end;
+  }
+  return out;
+}
+
+// The pieces that ever change stage.
+inline int64_t moving_pieces(const Case& c, size_t layers) {
+  std::vector<std::pair<size_t, size_t>> seen;
+  for (const PieceMove& m : piece_moves(c, layers)) {
+    if (seen.empty() || seen.back() != std::make_pair(m.begin, m.end))
+      seen.push_back({m.begin, m.end});
+  }
+  return static_cast<int64_t>(seen.size());
+}
 
 inline graph::OptimizerConfig sgd() {
   graph::OptimizerConfig c;
@@ -95,77 +152,160 @@ inline int64_t version_of(const StageLayout& layout, size_t layer, int64_t j) {
   return 0;
 }
 
+// The stage that runs layer `layer`'s backward of micro-batch j under `layout`.
+inline int backward_stage(const StageLayout& layout, size_t layer, int64_t j) {
+  for (int s = 0; s < layout.stages(); ++s) {
+    const LayerRange r = layout.backward_range(s, j);
+    if (layer >= r.begin && layer < r.end) return s;
+  }
+  ADD_FAILURE() << "layer " << layer << " is on no stage for backward " << j;
+  return 0;
+}
+
 struct OracleResult {
   Weights weights;
-  Weights buffers;             // running statistics, by "layer.buffer"
-  std::vector<double> losses;  // per micro-batch
+  Weights buffers;             // running statistics, by "layer.buffer" (group 0's replica)
+  std::vector<double> losses;  // per micro-batch (group 0)
   double loss = 0.0;           // their sum, in order
+  std::vector<std::vector<double>> group_losses;  // [group][micro-batch]
 };
 
-// The oracle over `model` (its store initialized with `seed`), micro-batches [0, n) of `source`
-// under `layout`'s stages; forwards with ForwardOptions::seed = `forward_seed`.
+// The oracle over `model` (its store initialized with `seed`), micro-batches [0, n) of the
+// groups' `sources` (one per data-parallel group) under `layout`'s stages; forwards with
+// ForwardOptions::seed = `forward_seed`. Several groups: the update of micro-batch j applies the
+// sum of the groups' gradients of j (each group's loss normalized by all groups' rows: their
+// mean), added in group order; each group's forwards update its own replica of the running
+// statistics, and the update of j averages them (sum in group order, then x 1/G) on the stage
+// that runs the layer's backward of j, which under async-1f1b comes before that stage's forward
+// of micro-batch j + S - s and after its forward of j + S - s - 1.
 inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout& layout,
-                           MicroBatchSource& source, int64_t n, uint64_t forward_seed = 0,
-                           double lr = kLr, double momentum_factor = kMomentum) {
+                           const std::vector<MicroBatchSource*>& sources, int64_t n,
+                           uint64_t forward_seed = 0, double lr = kLr,
+                           double momentum_factor = kMomentum) {
   ExecContext ctx(Device::cpu(), nullptr, 1);
   graph::ParamStore store(model, 0, model.size(), ctx.allocator());
   store.initialize(seed);
+  const size_t G = sources.size();
+  const int S = layout.stages();
   const auto& entries = store.param_entries();
+  const auto& buffer_entries = store.buffer_entries();
   std::vector<std::vector<Tensor>> w(1);  // w[u][entry]
   std::vector<Tensor> momentum;
   for (size_t i = 0; i < entries.size(); ++i) {
     w[0].push_back(store.param(i).clone());
     momentum.push_back(Tensor::zeros(store.param(i).shape(), DType::kF32));
   }
+  std::vector<std::vector<Tensor>> stats(G);  // stats[g][buffer entry]: group g's replica
+  for (size_t g = 0; g < G; ++g) {
+    for (size_t i = 0; i < buffer_entries.size(); ++i) stats[g].push_back(store.buffer(i).clone());
+  }
+  std::vector<int64_t> averaged(buffer_entries.size(), 0);  // per buffer entry: updates averaged
+  // The averages of the updates done (`updates`) that come before a forward of micro-batch
+  // `before` (all of them: -1).
+  auto average = [&](int64_t updates, int64_t before) {
+    if (G == 1) return;
+    for (size_t i = 0; i < buffer_entries.size(); ++i) {
+      const size_t layer = buffer_entries[i].layer_index;
+      while (
+          averaged[i] < updates &&
+          (before < 0 || averaged[i] + S - backward_stage(layout, layer, averaged[i]) <= before)) {
+        std::vector<float> sum = stats[0][i].to_vector<float>();
+        for (size_t g = 1; g < G; ++g) {
+          const std::vector<float> other = stats[g][i].to_vector<float>();
+          for (size_t e = 0; e < sum.size(); ++e) sum[e] += other[e];
+        }
+        for (float& v : sum) v = static_cast<float>(v * (1.0 / static_cast<double>(G)));
+        for (size_t g = 0; g < G; ++g) {
+          stats[g][i].copy_from(Tensor::from_vector(sum, stats[g][i].shape()));
+        }
+        ++averaged[i];
+      }
+    }
+  };
   ops::SgdOptions o;
   o.lr = lr;
   o.momentum = momentum_factor;
   OracleResult out;
+  out.group_losses.assign(G, {});
   for (int64_t j = 0; j < n; ++j) {
     for (size_t i = 0; i < entries.size(); ++i) {
       const int64_t v = version_of(layout, entries[i].layer_index, j);
       store.param(i).copy_from(w[static_cast<size_t>(v)][i]);
     }
-    const MicroBatchSource::Info info = source.info(j);
-    graph::ForwardOptions options;
-    options.seed = forward_seed;
-    options.step = info.step;
-    options.sample_offset = info.sample_offset;
-    Tape tape;
-    const TensorList x = model.forward(ctx, 0, model.size(), source.input(j), tape, options);
-    ops::CrossEntropyOptions loss;
-    loss.normalizer = info.loss_normalizer;
-    const Tensor target = source.target(j);
-    const Tensor logits = x[0].reshape({-1, x[0].size(-1)});
-    const Tensor flat_target = target.reshape({-1});
-    out.losses.push_back(
-        ops::cross_entropy_forward(ctx, logits, flat_target, loss).to(DType::kF64).item<double>());
-    out.loss += out.losses.back();
-    store.zero_grads();
-    const Tensor dlogits =
-        ops::cross_entropy_backward(ctx, logits, flat_target, loss, 1.0).view(x[0].shape());
-    model.backward(ctx, 0, model.size(), {dlogits}, tape);
+    average(j, j);
+    std::vector<std::vector<Tensor>> grads(G);  // grads[g][entry]
+    for (size_t g = 0; g < G; ++g) {
+      MicroBatchSource& source = *sources[g];
+      for (size_t i = 0; i < buffer_entries.size(); ++i) store.buffer(i).copy_from(stats[g][i]);
+      const MicroBatchSource::Info info = source.info(j);
+      graph::ForwardOptions options;
+      options.seed = forward_seed;
+      options.step = info.step;
+      options.sample_offset = info.sample_offset;
+      Tape tape;
+      const TensorList x = model.forward(ctx, 0, model.size(), source.input(j), tape, options);
+      for (size_t i = 0; i < buffer_entries.size(); ++i) stats[g][i].copy_from(store.buffer(i));
+      ops::CrossEntropyOptions loss;
+      loss.normalizer = info.loss_normalizer;
+      const Tensor target = source.target(j);
+      const Tensor logits = x[0].reshape({-1, x[0].size(-1)});
+      const Tensor flat_target = target.reshape({-1});
+      const double l =
+          ops::cross_entropy_forward(ctx, logits, flat_target, loss).to(DType::kF64).item<double>();
+      out.group_losses[g].push_back(l);
+      if (g == 0) {
+        out.losses.push_back(l);
+        out.loss += l;
+      }
+      store.zero_grads();
+      const Tensor dlogits =
+          ops::cross_entropy_backward(ctx, logits, flat_target, loss, 1.0).view(x[0].shape());
+      model.backward(ctx, 0, model.size(), {dlogits}, tape);
+      if (G == 1) break;
+      for (size_t i = 0; i < entries.size(); ++i) grads[g].push_back(store.grad(i).clone());
+    }
     std::vector<Tensor> next;
     for (size_t i = 0; i < entries.size(); ++i) {
+      if (G > 1) {  // the sum over the groups, in group order
+        std::vector<float> sum = grads[0][i].to_vector<float>();
+        for (size_t g = 1; g < G; ++g) {
+          const std::vector<float> other = grads[g][i].to_vector<float>();
+          for (size_t e = 0; e < sum.size(); ++e) sum[e] += other[e];
+        }
+        store.grad(i).copy_from(Tensor::from_vector(sum, store.grad(i).shape()));
+      }
       store.param(i).copy_from(w[static_cast<size_t>(j)][i]);
       ops::sgd_step(ctx, store.param(i), store.grad(i), momentum[i], o, j + 1);
       next.push_back(store.param(i).clone());
     }
     w.push_back(std::move(next));
   }
+  average(n, -1);
   add_weights(store, &out.weights);
-  for (size_t i = 0; i < store.buffer_entries().size(); ++i) {
-    out.buffers[store.buffer_entries()[i].full_name()] = store.buffer(i).to_vector<float>();
+  for (size_t i = 0; i < buffer_entries.size(); ++i) {
+    out.buffers[buffer_entries[i].full_name()] =
+        (G > 1 ? stats[0][i] : store.buffer(i)).to_vector<float>();
   }
   return out;
 }
 
-inline OracleResult oracle(const Case& c, bool migrate) {
+inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout& layout,
+                           MicroBatchSource& source, int64_t n, uint64_t forward_seed = 0,
+                           double lr = kLr, double momentum_factor = kMomentum) {
+  return replay(model, seed, layout, std::vector<MicroBatchSource*>{&source}, n, forward_seed, lr,
+                momentum_factor);
+}
+
+inline OracleResult oracle(const Case& c, bool migrate, int groups = 1) {
   auto model = make_model();
-  StageLayout layout(c.initial);
-  if (migrate) layout.add_live_migration(c.next, c.first_backward);
-  Source source;
-  return replay(*model, kSeed, layout, source, c.micro_batches);
+  const StageLayout layout = migrate ? c.layout() : StageLayout(c.initial);
+  std::vector<std::unique_ptr<Source>> owned;
+  std::vector<MicroBatchSource*> sources;
+  for (int g = 0; g < groups; ++g) {
+    owned.push_back(std::make_unique<Source>(g, groups));
+    sources.push_back(owned.back().get());
+  }
+  return replay(*model, kSeed, layout, sources, c.micro_batches);
 }
 
 struct RankResult {
@@ -174,18 +314,27 @@ struct RankResult {
   LiveStageStats stats;
 };
 
-// One rank of `comm` (rank = stage) runs async-1f1b over the case's micro-batches with the live
-// migration inside; small chunks and window so that the transfer cuts and paces the items.
-inline RankResult run_rank(Communicator& comm, const Case& c) {
-  const int s = comm.rank();
+// One rank of `comm` runs async-1f1b over the case's micro-batches with the live migration
+// inside; small chunks and window so that the transfer cuts and paces the items. `groups` > 1:
+// rank = group * S + stage, each group a pipeline of its own, the groups' gradients all-reduced
+// (GroPipe); every group moves the same layers at the same micro-batch.
+inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
   const int S = c.stages();
+  const int s = comm.rank() % S, group = comm.rank() / S;
   auto model = make_model();
   ExecContext ctx(Device::cpu(), nullptr, 1);
-  std::unique_ptr<Communicator> migrate = comm.split(0, s);
+  std::unique_ptr<Communicator> pipe_split, dp;
+  if (groups > 1) {
+    pipe_split = comm.split(group, s);
+    dp = comm.split(s, group);
+  }
+  Communicator& pipe = groups > 1 ? *pipe_split : comm;
+  std::unique_ptr<Communicator> migrate = pipe.split(0, s);
   LiveMigrationConfig live;
   live.initial = c.initial;
   live.next = c.next;
   live.first_backward = c.first_backward;
+  live.then = c.then;
   live.comm = migrate.get();
   live.transfer.chunk_bytes = 64;
   live.transfer.window_bytes = 256;
@@ -204,13 +353,14 @@ inline RankResult run_rank(Communicator& comm, const Case& c) {
   config.optimizer = sgd();
   config.live = &live;
   StageComms comms;
-  comms.pipe = &comm;
+  comms.pipe = &pipe;
+  comms.dp = dp.get();
   RankResult out;
   {
     Executor executor(ctx, *model, store, {s, S, c.initial[s].begin, c.initial[s].end}, comms,
                       config);
     const Schedule schedule = make_schedule(ScheduleKind::kAsync1F1B, S, c.micro_batches);
-    Source source;
+    Source source(group, groups);
     out.loss = executor.run(schedule.programs[s], source).loss;
     executor.finish();
     EXPECT_EQ(executor.optimizer_steps(), c.micro_batches) << c.name << ", stage " << s;
@@ -225,7 +375,9 @@ inline RankResult run_rank(Communicator& comm, const Case& c) {
 
 // Checks one rank's result against the oracle: its weights (bit for bit), the last stage's loss,
 // and what moved to and from it.
-inline void check_rank(const Case& c, int s, const RankResult& r, const OracleResult& expected) {
+// `group`: the rank's data-parallel group (its loss is that group's).
+inline void check_rank(const Case& c, int s, const RankResult& r, const OracleResult& expected,
+                       int group = 0) {
   const int S = c.stages();
   // The stage ends with the layers of the new partition, each bit for bit the oracle's.
   std::vector<std::string> names;
@@ -234,7 +386,7 @@ inline void check_rank(const Case& c, int s, const RankResult& r, const OracleRe
   for (const auto& [name, v] : expected.weights) {
     const std::optional<size_t> layer = model->find_param_layer(name);
     ASSERT_TRUE(layer.has_value()) << name;
-    if (*layer >= c.next[s].begin && *layer < c.next[s].end) want[name] = v;
+    if (*layer >= c.last()[s].begin && *layer < c.last()[s].end) want[name] = v;
   }
   EXPECT_EQ(r.weights.size(), want.size()) << c.name << ", stage " << s;
   for (const auto& [name, v] : want) {
@@ -244,36 +396,33 @@ inline void check_rank(const Case& c, int s, const RankResult& r, const OracleRe
                              << " differs from the oracle";
   }
   if (s == S - 1) {
-    EXPECT_EQ(r.loss, expected.loss) << c.name << ": the losses";
+    double loss = 0.0;  // the group's losses summed in order, as its last stage sums them
+    for (double l : expected.group_losses.at(static_cast<size_t>(group))) loss += l;
+    EXPECT_EQ(r.loss, loss) << c.name << ": the losses of group " << group;
   }
-  // Exactly S - src - 1 micro-batches' inputs move per boundary; each replayed backward once.
-  StageLayout layout(c.initial);
-  layout.add_live_migration(c.next, c.first_backward);
+  // Exactly S - src - 1 micro-batches' inputs move per moved piece of layers and migration; each
+  // replayed backward once.
   int64_t sent = 0, received = 0, handoffs_out = 0, handoffs_in = 0;
-  for (const BoundaryMove& m : layout.migrations().front()) {
+  size_t moved_params = 0;  // the parameters this stage handed off, summed over its hand-offs
+  for (const PieceMove& m : piece_moves(c, model->size())) {
     if (m.src == s) sent += S - m.src - 1, ++handoffs_out;
     if (m.tgt == s) received += S - m.src - 1, ++handoffs_in;
+    if (m.src != s) continue;
+    for (size_t l = m.begin; l < m.end; ++l) {
+      for (const graph::ParamSpec& spec : model->layer(l).param_specs()) {
+        moved_params += static_cast<size_t>(shape_numel(spec.shape));
+      }
+    }
   }
   EXPECT_EQ(r.stats.inputs_sent, sent) << c.name << ", stage " << s;
   EXPECT_EQ(r.stats.inputs_received, received) << c.name << ", stage " << s;
   EXPECT_EQ(r.stats.replayed_backwards, received) << c.name << ", stage " << s;
   EXPECT_EQ(r.stats.handoffs_sent, handoffs_out) << c.name << ", stage " << s;
   EXPECT_EQ(r.stats.handoffs_received, handoffs_in) << c.name << ", stage " << s;
-  // The source gives back its stores of the moved layers: at least parameters, gradients and
-  // momentum of each.
-  if (handoffs_out > 0) {
-    size_t moved_params = 0;
-    for (const BoundaryMove& m : layout.migrations().front()) {
-      if (m.src != s) continue;
-      for (size_t l = m.begin; l < m.end; ++l) {
-        for (const graph::ParamSpec& spec : model->layer(l).param_specs()) {
-          moved_params += static_cast<size_t>(shape_numel(spec.shape));
-        }
-      }
-    }
-    EXPECT_GE(r.stats.freed_bytes, 3 * moved_params * sizeof(float))
-        << c.name << ", stage " << s << " did not free its moved layers";
-  }
+  // The source gives back its stores of the moved layers at each hand-off: at least parameters,
+  // gradients and momentum of each.
+  EXPECT_GE(r.stats.freed_bytes, 3 * moved_params * sizeof(float))
+      << c.name << ", stage " << s << " did not free its moved layers";
 }
 
 // Both directions, S = 2 and 4 (moves from every kind of stage, and two boundaries at once).
@@ -300,6 +449,38 @@ inline std::vector<Case> cases(int S) {
        {{0, 3}, {3, 4}, {4, 5}, {5, 9}},
        5,
        16},
+  };
+}
+
+// Two migrations per run, the second after the first has switched every boundary.
+inline std::vector<Case> two_move_cases(int S) {
+  if (S == 2) {
+    return {
+        // relu1 fc2 go down and come back.
+        {"S=2 down then up: relu1 fc2 0->1, then 1->0",
+         {{0, 5}, {5, 9}},
+         {{0, 3}, {3, 9}},
+         3,
+         12,
+         {{{{0, 5}, {5, 9}}, 6, "test migration 2"}}},
+        // The way back takes relu2 along: two pieces of one boundary move, one of them moving
+        // for the first time.
+        {"S=2 down then up: relu1 fc2 0->1, then relu1-relu2 1->0",
+         {{0, 5}, {5, 9}},
+         {{0, 3}, {3, 9}},
+         3,
+         12,
+         {{{{0, 6}, {6, 9}}, 6, "test migration 2"}}},
+    };
+  }
+  // fc2 goes up, then back down while fc3 comes up from stage 3.
+  return {
+      {"S=4 up then down: fc2 2->1, then fc2 1->2 and fc3 3->2",
+       {{0, 2}, {2, 4}, {4, 6}, {6, 9}},
+       {{0, 2}, {2, 5}, {5, 6}, {6, 9}},
+       4,
+       16,
+       {{{{0, 2}, {2, 4}, {4, 7}, {7, 9}}, 8, "test migration 2"}}},
   };
 }
 

@@ -11,33 +11,49 @@ namespace {
 using live_stage_checks::Case;
 using live_stage_checks::RankResult;
 
-std::vector<RankResult> run_local(const Case& c) {
-  std::vector<RankResult> results(static_cast<size_t>(c.stages()));
-  LocalWorld world(c.stages());
+// Rank r of the returned results: group r / S, stage r % S.
+std::vector<RankResult> run_local(const Case& c, int groups = 1) {
+  std::vector<RankResult> results(static_cast<size_t>(c.stages() * groups));
+  LocalWorld world(c.stages() * groups);
   run_local_ranks(world, [&](LocalCommunicator& comm) {
-    results[static_cast<size_t>(comm.rank())] = live_stage_checks::run_rank(comm, c);
+    results[static_cast<size_t>(comm.rank())] = live_stage_checks::run_rank(comm, c, groups);
   });
   return results;
 }
 
-void check_case(const Case& c) {
-  SCOPED_TRACE(c.name);
-  const std::vector<RankResult> results = run_local(c);
-  const live_stage_checks::OracleResult expected = live_stage_checks::oracle(c, true);
-  for (int s = 0; s < c.stages(); ++s) live_stage_checks::check_rank(c, s, results[s], expected);
-  // Every micro-batch's backward of each moved block ran once, on one of its two stages: as many
-  // updates of the blocks as micro-batches per boundary.
-  StageLayout layout(c.initial);
-  layout.add_live_migration(c.next, c.first_backward);
+void check_case(const Case& c, int groups = 1) {
+  SCOPED_TRACE(c.name + ", " + std::to_string(groups) + " group(s)");
+  const int S = c.stages();
+  const std::vector<RankResult> results = run_local(c, groups);
+  const live_stage_checks::OracleResult expected = live_stage_checks::oracle(c, true, groups);
+  for (size_t r = 0; r < results.size(); ++r) {
+    live_stage_checks::check_rank(c, static_cast<int>(r) % S, results[r], expected,
+                                  static_cast<int>(r) / S);
+  }
+  // Every micro-batch's backward of each moved piece of layers ran once per group, on one of the
+  // stages that held it: as many updates of the blocks as micro-batches per piece and group.
   int64_t updates = 0;
   for (const RankResult& r : results) updates += r.stats.moved_updates;
-  EXPECT_EQ(updates, c.micro_batches * static_cast<int64_t>(layout.migrations().front().size()));
+  const size_t layers = live_stage_checks::make_model()->size();
+  EXPECT_EQ(updates, groups * c.micro_batches * live_stage_checks::moving_pieces(c, layers));
   // The oracle tells the versions apart: the run without the migration's Eq. 4 (every layer on
   // its first stage's versions throughout) ends elsewhere.
-  const live_stage_checks::OracleResult unmoved = live_stage_checks::oracle(c, false);
+  const live_stage_checks::OracleResult unmoved = live_stage_checks::oracle(c, false, groups);
   live_stage_checks::Weights piped;
   for (const RankResult& r : results) piped.insert(r.weights.begin(), r.weights.end());
   EXPECT_NE(piped, unmoved.weights) << "the staleness of the moved layers did not change";
+  if (!c.then.empty()) {
+    // Nor is it the run of the first migration alone: the later ones changed the staleness too.
+    Case first = c;
+    first.then.clear();
+    const live_stage_checks::OracleResult once = live_stage_checks::oracle(first, true, groups);
+    EXPECT_NE(piped, once.weights) << "the later migrations changed nothing";
+  }
+  if (groups > 1) {
+    // The groups' data differ: one group's oracle alone (its own mean gradient) ends elsewhere.
+    const live_stage_checks::OracleResult alone = live_stage_checks::oracle(c, true, 1);
+    EXPECT_NE(piped, alone.weights) << "the moved layers' updates ignored the other group";
+  }
 }
 
 TEST(LiveStage, TwoStagesMatchTheEq4Oracle) {
@@ -46,6 +62,23 @@ TEST(LiveStage, TwoStagesMatchTheEq4Oracle) {
 
 TEST(LiveStage, FourStagesMatchTheEq4Oracle) {
   for (const Case& c : live_stage_checks::cases(4)) check_case(c);
+}
+
+// G = 2 groups of S stages (GroPipe): both groups move the same layers at the same micro-batch,
+// and each update of the moved layers, on the source before the hand-off and on the target from
+// it, applies the groups' mean gradient.
+TEST(LiveStage, TwoGroupsMatchTheEq4Oracle) {
+  for (const Case& c : live_stage_checks::cases(2)) check_case(c, 2);
+  check_case(live_stage_checks::cases(4).back(), 2);           // both boundaries of a stage at once
+  check_case(live_stage_checks::two_move_cases(2).back(), 2);  // two migrations
+}
+
+// Two live migrations in one run: layers go down and come back up (S = 2, also taking a layer
+// that had not moved), and up then down beside another move (S = 4); the second starts after the
+// first has switched every boundary.
+TEST(LiveStage, TwoMigrationsMatchTheEq4Oracle) {
+  for (const Case& c : live_stage_checks::two_move_cases(2)) check_case(c);
+  for (const Case& c : live_stage_checks::two_move_cases(4)) check_case(c);
 }
 
 TEST(LiveStage, RefusesAStageThatWouldKeepNoLayer) {

@@ -1,5 +1,6 @@
 // A live migration inside async-1f1b's executor on MPI ranks (ctest runs it with 2 and 4 ranks:
-// the cases of that many stages), each rank against the Eq. 4 oracle of live_stage_checks.h.
+// the cases of that many stages, one and two migrations per run; with 4 also 2 groups of 2
+// stages), each rank against the Eq. 4 oracle of live_stage_checks.h.
 #include <gtest/gtest.h>
 
 #include "live_stage_checks.h"
@@ -17,6 +18,31 @@ TEST(LiveStageMpi, MovesDownAndUpAsTheEq4OracleSays) {
     const live_stage_checks::RankResult r = live_stage_checks::run_rank(*world, c);
     live_stage_checks::check_rank(c, world->rank(), r, live_stage_checks::oracle(c, true));
     world->barrier("live stage test");
+  }
+}
+
+// Two migrations in one run (down then up on 2 ranks; up then down beside another move on 4).
+TEST(LiveStageMpi, TwoMigrationsMatchTheEq4Oracle) {
+  auto world = mpi_world();
+  for (const live_stage_checks::Case& c : live_stage_checks::two_move_cases(world->size())) {
+    SCOPED_TRACE(c.name);
+    const live_stage_checks::RankResult r = live_stage_checks::run_rank(*world, c);
+    live_stage_checks::check_rank(c, world->rank(), r, live_stage_checks::oracle(c, true));
+    world->barrier("live stage test (two migrations)");
+  }
+}
+
+// 2 groups x 2 stages: the moved layers' gradients are all-reduced over the groups on whichever
+// stage holds them at each update.
+TEST(LiveStageMpi, TwoGroupsOfTwoStages) {
+  auto world = mpi_world();
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (const live_stage_checks::Case& c : live_stage_checks::cases(2)) {
+    SCOPED_TRACE(c.name);
+    const live_stage_checks::RankResult r = live_stage_checks::run_rank(*world, c, 2);
+    live_stage_checks::check_rank(c, world->rank() % 2, r, live_stage_checks::oracle(c, true, 2),
+                                  world->rank() / 2);
+    world->barrier("live stage test (2 groups)");
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -148,7 +149,40 @@ const char* kCnnAsync =
     "--schedule async-1f1b --optimizer sgd --momentum 0.9 --lr 0.05 --lr-schedule constant "
     "--no-augment --migration-chunk-mb 0.01 --migration-window-mb 0.04";
 
-strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& migration) {
+// A group's micro-batches with the loss normalizer of all groups (as the last stages sum it over
+// the groups): each group's loss is its share of the mean over the global micro-batch.
+class AllGroupsNormalizer final : public strata::parallel::MicroBatchSource {
+ public:
+  AllGroupsNormalizer(strata::parallel::MicroBatchSource& mine,
+                      std::vector<strata::parallel::MicroBatchSource*> all)
+      : mine_(mine), all_(std::move(all)) {}
+  Info info(int64_t mb) override {
+    Info i = mine_.info(mb);
+    i.loss_normalizer = 0.0;
+    for (strata::parallel::MicroBatchSource* s : all_)
+      i.loss_normalizer += s->info(mb).loss_normalizer;
+    return i;
+  }
+  strata::TensorList input(int64_t mb) override { return mine_.input(mb); }
+  strata::Tensor target(int64_t mb) override { return mine_.target(mb); }
+
+ private:
+  strata::parallel::MicroBatchSource& mine_;
+  std::vector<strata::parallel::MicroBatchSource*> all_;
+};
+
+// The STEP:PARTITION values of `migrations` (separated by spaces).
+std::vector<std::string> migration_list(const std::string& migrations) {
+  std::vector<std::string> out;
+  std::istringstream in(migrations);
+  for (std::string m; in >> m;) out.push_back(m);
+  return out;
+}
+
+// `migrations`: --migrate-at values separated by spaces (none: no move). `groups`: data-parallel
+// groups, each loading its shard of every batch.
+strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& migrations,
+                                                             int groups = 1) {
   using namespace strata;
   io::DatasetOptions data_options;
   data_options.seed = 2;
@@ -158,44 +192,76 @@ strata::parallel::live_stage_checks::OracleResult cnn_oracle(const std::string& 
   const proto::ModelSpec spec =
       models::model_spec("cnn", "tiny", train->input_spec().shape, train->num_classes());
   auto model = graph::build_model(spec);
-  io::DataLoaderOptions options;
-  options.batch_size = 16;
-  options.shuffle = true;
-  options.seed = 2;
-  options.drop_last = true;
-  parallel::LoaderMicroBatches source(train, options, 4, true, nullptr, -100, true);
+  std::vector<std::unique_ptr<parallel::LoaderMicroBatches>> loaders;
+  std::vector<parallel::MicroBatchSource*> shards;
+  for (int g = 0; g < groups; ++g) {
+    io::DataLoaderOptions options;
+    options.batch_size = 16;
+    options.shuffle = true;
+    options.seed = 2;
+    options.drop_last = true;
+    options.shard_index = g;
+    options.shard_count = groups;
+    loaders.push_back(std::make_unique<parallel::LoaderMicroBatches>(train, options, 4, true,
+                                                                     nullptr, -100, true));
+    shards.push_back(loaders.back().get());
+  }
+  std::vector<std::unique_ptr<AllGroupsNormalizer>> normalized;
+  std::vector<parallel::MicroBatchSource*> sources;
+  for (parallel::MicroBatchSource* shard : shards) {
+    normalized.push_back(std::make_unique<AllGroupsNormalizer>(*shard, shards));
+    sources.push_back(normalized.back().get());
+  }
   parallel::StageLayout layout({{0, 6}, {6, 12}});
-  if (!migration.empty()) {
+  for (const std::string& migration : migration_list(migrations)) {
     const auto colon = migration.find(':');
     std::vector<std::string> names;
     for (size_t i = 0; i < model->size(); ++i) names.push_back(model->layer(i).name());
     layout.add_live_migration(parallel::parse_partition(migration.substr(colon + 1), names, 2),
                               std::stoll(migration.substr(0, colon)) * 4);
   }
-  return parallel::live_stage_checks::replay(*model, 2, layout, source, 6 * 4, 2, 0.05, 0.9);
+  return parallel::live_stage_checks::replay(*model, 2, layout, sources, 6 * 4, 2, 0.05, 0.9);
 }
 
-// `launcher` empty: local threads (--local); otherwise MPI ranks under it.
-// `unmoved`: the oracle's weights without the move (the run must not end there).
+// `migration`: --migrate-at values separated by spaces; `moves`: what each record's moves
+// contain, separated by "; ". `launcher` empty: local threads (--local); otherwise MPI ranks under
+// it. `unmoved`: the oracle's weights without the move (the run must not end there).
 void expect_cnn_live_matches_oracle(const std::string& dir, const std::string& name,
                                     const std::string& migration, const std::string& moves,
                                     const strata::parallel::live_stage_checks::Weights& unmoved,
-                                    const std::string& launcher = "") {
+                                    const std::string& launcher = "", int groups = 1) {
   using namespace strata;
-  SCOPED_TRACE(migration);
-  const std::string ranks = launcher.empty() ? " --local" : " --threads 1";
-  const TrainRun run =
-      train_run(dir, name, std::string(kCnnAsync) + ranks + " --migrate-at " + migration, launcher);
+  SCOPED_TRACE(migration + ", " + std::to_string(groups) + " group(s)");
+  const std::string ranks = (launcher.empty() ? " --local" : " --threads 1") +
+                            std::string(" --groups ") + std::to_string(groups);
+  std::string flags;
+  for (const std::string& m : migration_list(migration)) flags += " --migrate-at " + m;
+  const TrainRun run = train_run(dir, name, std::string(kCnnAsync) + ranks + flags, launcher);
   ASSERT_EQ(run.status, 0) << run.output;
-  ASSERT_EQ(run.of("migration").size(), 1u) << run.output;
-  EXPECT_EQ(run.of("migration")[0]["mode"], "live");
-  EXPECT_TRUE(contains(run.of("migration")[0]["moves"].get<std::string>(), moves)) << run.output;
-  EXPECT_GT(run.of("migration")[0]["bytes"].get<double>(), 0.0);
-  const parallel::live_stage_checks::OracleResult expected = cnn_oracle(migration);
+  std::vector<std::string> expected_moves;
+  for (size_t at = 0; at <= moves.size();) {
+    const size_t end = std::min(moves.find("; ", at), moves.size());
+    expected_moves.push_back(moves.substr(at, end - at));
+    at = end + 2;
+  }
+  ASSERT_EQ(run.of("migration").size(), expected_moves.size()) << run.output;
+  for (size_t i = 0; i < expected_moves.size(); ++i) {
+    const auto& record = run.of("migration")[i];
+    EXPECT_EQ(record["mode"], "live");
+    EXPECT_TRUE(contains(record["moves"].get<std::string>(), expected_moves[i])) << run.output;
+    EXPECT_GT(record["bytes"].get<double>(), 0.0);
+  }
+  const parallel::live_stage_checks::OracleResult expected = cnn_oracle(migration, groups);
   ASSERT_EQ(run.of("train").size(), 6u);
   for (size_t t = 0; t < 6; ++t) {
+    // Each group's last stage sums its micro-batches' losses in order; the step's record sums
+    // the groups' and divides by the updates.
     double sum = 0.0;
-    for (size_t j = 4 * t; j < 4 * t + 4; ++j) sum += expected.losses[j];
+    for (const std::vector<double>& losses : expected.group_losses) {
+      double group = 0.0;
+      for (size_t j = 4 * t; j < 4 * t + 4; ++j) group += losses[j];
+      sum += group;
+    }
     EXPECT_EQ(run.of("train")[t]["loss"].get<double>(), sum / 4) << "step " << t + 1;
   }
   // The final weights file against the oracle's parameters and statistics.
@@ -230,6 +296,36 @@ TEST(MigrationCli, AsyncLiveMatchesTheEq4Oracle) {
 #ifdef STRATA_MPIEXEC
   expect_cnn_live_matches_oracle(dir, "mpi", "3:conv1-pool1,conv2-fc2", "conv2 0->1, bn2 0->1",
                                  unmoved, mpirun(2));
+#endif
+}
+
+// Two groups of two stages (GroPipe): both groups move conv2 and bn2 down at the same
+// micro-batch; every update of them averages the groups' gradients and running statistics on
+// the stage that holds them. The oracle's updates use the mean over the groups' micro-batches.
+TEST(MigrationCli, AsyncLiveTwoGroupsMatchTheEq4Oracle) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    GTEST_SKIP() << "no Fashion-MNIST";
+  }
+  const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_live_g2");
+  const auto unmoved = cnn_oracle("", 2).weights;
+  expect_cnn_live_matches_oracle(dir, "down", "3:conv1-pool1,conv2-fc2", "conv2 0->1, bn2 0->1",
+                                 unmoved, "", 2);
+}
+
+// Two live moves in one run: conv2 and bn2 go down at step 3 and come back up at step 5 (after
+// the first move has completed), locally and between MPI ranks; bitwise the Eq. 4 replay of both.
+TEST(MigrationCli, AsyncLiveTwoMovesMatchTheEq4Oracle) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    GTEST_SKIP() << "no Fashion-MNIST";
+  }
+  const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_live_two");
+  const auto unmoved = cnn_oracle("").weights;
+  const char* moves = "3:conv1-pool1,conv2-fc2 5:conv1-bn2,relu2-fc2";
+  expect_cnn_live_matches_oracle(dir, "two", moves, "conv2 0->1, bn2 0->1; conv2 1->0, bn2 1->0",
+                                 unmoved);
+#ifdef STRATA_MPIEXEC
+  expect_cnn_live_matches_oracle(dir, "two_mpi", moves,
+                                 "conv2 0->1, bn2 0->1; conv2 1->0, bn2 1->0", unmoved, mpirun(2));
 #endif
 }
 
@@ -269,12 +365,18 @@ TEST(MigrationCli, BadMigrationsAreRefusedBeforeTraining) {
            {"--migrate-at x:0,1-3", "the step 'x' is not a number"},
            {"--migrate-at 6:0,1-3", "a migration goes before one of steps 1..5"},
            {"--migrate-at 0-1,2-3", "expected STEP:PARTITION"},
-           {"--schedule async-1f1b --migrate-at 2:0-2,3 --migrate-at 4:0,1-3",
-            "one migration per run (got 2); use --migration restart"},
+           // One micro-batch per step: the move down at step 2 switches up to micro-batch 3 (K
+           // + S - 0 - 1), the first of step 3.
+           {"--schedule async-1f1b --micro-batches 1 --migrate-at 2:0,1-3 --migrate-at 3:0-1,2-3",
+            "--migrate-at 3 with async-1f1b and --migration live starts before the move at step 2 "
+            "has completed"},
            {"--schedule async-1f1b --migrate-at 2:0-2,3 --clip-grad-norm 1",
             "no --clip-grad-norm or --nan-policy skip"},
            {"--schedule 2bw --migrate-at 2:0-2,3", "only async-1f1b migrates live"}}) {
-    const strata::testing::CliResult r = run_cli("train " + base + flags + " --progress off");
+    // A case with --micro-batches of its own (the flag is given once) drops the base's.
+    std::string args = base;
+    if (contains(flags, "--micro-batches")) args.erase(args.find("--micro-batches 4"), 17);
+    const strata::testing::CliResult r = run_cli("train " + args + flags + " --progress off");
     EXPECT_NE(r.status, 0) << flags << "\n" << r.output;
     EXPECT_TRUE(contains(r.output, text)) << flags << "\n" << r.output;
     EXPECT_FALSE(contains(r.output, "step 1/")) << "trained before refusing: " << flags;
