@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "engine/check.h"
+#include "parallel/comm/link_queue.h"
 
 namespace strata::parallel {
 namespace {
@@ -149,6 +150,8 @@ void LiveTransfer::fail(const std::string& message) {
 }
 
 void LiveTransfer::run() {
+  // An emulated link (--link-mbps) queues these messages below the training ones.
+  const TrafficClassScope bulk(TrafficClass::kBulk);
   if (config_.low_priority) {
     // The thread's own nice value (Linux: per thread); the compute threads keep theirs.
     const bool lowered = setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19) == 0;
