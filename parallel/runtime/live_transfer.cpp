@@ -150,8 +150,6 @@ void LiveTransfer::fail(const std::string& message) {
 }
 
 void LiveTransfer::run() {
-  // An emulated link (--link-mbps) queues these messages below the training ones.
-  const TrafficClassScope bulk(TrafficClass::kBulk);
   if (config_.low_priority) {
     // The thread's own nice value (Linux: per thread); the compute threads keep theirs.
     const bool lowered = setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19) == 0;
@@ -245,6 +243,9 @@ void LiveTransfer::run_target() {
 }
 
 void LiveTransfer::move_item(Item& item, bool send) {
+  // An emulated link (--link-mbps) queues the data below the training messages (prepare and ready
+  // are not bulk: they open the transfer when the run starts).
+  const TrafficClassScope bulk(TrafficClass::kBulk);
   for (size_t k = 0; k < item.tensors.size(); ++k) {
     const Tensor& t = item.tensors[k];
     if (t.numel() == 0) continue;
