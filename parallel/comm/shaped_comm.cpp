@@ -1,6 +1,7 @@
 // An emulated link between ranks (see the header).
 #include "parallel/comm/shaped_comm.h"
 
+#include <algorithm>
 #include <deque>
 #include <utility>
 
@@ -74,14 +75,18 @@ struct ShapedLink::Lane {
     while (true) {
       changed.wait(lock, [&] { return stop || !queue.empty(); });
       if (stop) break;
-      const std::optional<LinkQueue::Transmission> tx = queue.start(link.now());
+      // The link is free once the last transmission's time has passed (the sleep below may wake
+      // a rounding error before it).
+      const std::optional<LinkQueue::Transmission> tx =
+          queue.start(std::max(link.now(), queue.busy_until()));
       STRATA_CHECK(tx.has_value()) << "emulated link " << link.rank_ << "->" << to
                                    << ": a message waits on a free link and none starts";
       Pending p = std::move(pending.at(tx->id));
       pending.erase(tx->id);
+      sending = p.comm;
       lock.unlock();
       // The message holds the link for its transmission time (not interrupted).
-      std::this_thread::sleep_until(link.origin_ + std::chrono::duration_cast<Clock::duration>(
+      std::this_thread::sleep_until(link.origin_ + std::chrono::ceil<Clock::duration>(
                                                        std::chrono::duration<double>(tx->finish)));
       std::unique_ptr<Request> inner;
       std::string error;
@@ -97,6 +102,8 @@ struct ShapedLink::Lane {
       }
       p.state->handed.notify_all();
       lock.lock();
+      sending = nullptr;
+      changed.notify_all();  // a drain() waits for this
     }
     // Closed: what waits fails its request.
     for (auto& [id, p] : pending) {
@@ -110,8 +117,18 @@ struct ShapedLink::Lane {
     pending.clear();
   }
 
+  // Whether a message of `comm` is queued or being sent (call with the mutex held).
+  bool holds(const Communicator* comm) const {
+    if (sending == comm) return true;
+    for (const auto& [id, p] : pending) {
+      if (p.comm == comm) return true;
+    }
+    return false;
+  }
+
   ShapedLink& link;
   int to;
+  Communicator* sending = nullptr;  // the communicator of the message in transmission
   std::mutex mutex;
   std::condition_variable changed;
   LinkQueue queue;
@@ -134,6 +151,18 @@ ShapedLink::~ShapedLink() {
     }
     lane->changed.notify_all();
     lane->thread.join();
+  }
+}
+
+void ShapedLink::drain(const Communicator* comm) {
+  std::vector<Lane*> lanes;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [to, lane] : lanes_) lanes.push_back(lane.get());
+  }
+  for (Lane* lane : lanes) {
+    std::unique_lock<std::mutex> lock(lane->mutex);
+    lane->changed.wait(lock, [&] { return lane->stop || !lane->holds(comm); });
   }
 }
 
@@ -186,6 +215,12 @@ ShapedCommunicator::ShapedCommunicator(Communicator* inner, std::unique_ptr<Comm
   STRATA_CHECK_EQ(static_cast<int>(world_ranks_.size()), inner_->size())
       << "a shaped communicator's world ranks";
   set_timeout(inner_->timeout());
+}
+
+ShapedCommunicator::~ShapedCommunicator() {
+  // Messages sent and never waited for still go (as the wrapped backend would have sent them)
+  // before the communicator they go on does.
+  link_->drain(inner_);
 }
 
 std::unique_ptr<ShapedCommunicator> ShapedCommunicator::wrap_world(

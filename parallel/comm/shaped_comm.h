@@ -52,6 +52,9 @@ class ShapedLink {
   std::unique_ptr<Request> send(Communicator& inner, const Tensor& t, int peer, int tag,
                                 int world_peer, TrafficClass c);
 
+  // Blocks until no message of `comm` waits on a lane or is being handed to it.
+  void drain(const Communicator* comm);
+
   // The lanes used so far, by destination.
   std::vector<LinkLaneReport> report();
   double bytes_per_second() const { return rate_; }
@@ -78,6 +81,8 @@ class ShapedCommunicator : public Communicator {
   // The world: rank r of `inner` is world rank r.
   static std::unique_ptr<ShapedCommunicator> wrap_world(Communicator& world,
                                                         std::shared_ptr<ShapedLink> link);
+  // Lets the messages queued on it go first (drain()).
+  ~ShapedCommunicator() override;
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
