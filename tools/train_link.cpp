@@ -110,12 +110,13 @@ void LinkSession::report(io::JsonlWriter* metrics) {
   if (world_->rank() != 0) return;
   for (const std::string& text : all) {
     for (const nlohmann::json& r : nlohmann::json::parse(text)) {
-      std::printf("emulated link %d->%d (%.1f Mbit/s, flow control %s; a cost model): training "
-                  "%lld messages, waits mean %.2f ms max %.2f ms",
-                  r["from"].get<int>(), r["to"].get<int>(), r["mbps"].get<double>(),
-                  r["flow_control"].get<bool>() ? "on" : "off",
-                  static_cast<long long>(r["training_messages"].get<int64_t>()),
-                  r["training_wait_mean_ms"].get<double>(), r["training_wait_max_ms"].get<double>());
+      std::printf(
+          "emulated link %d->%d (%.1f Mbit/s, flow control %s; a cost model): training "
+          "%lld messages, waits mean %.2f ms max %.2f ms",
+          r["from"].get<int>(), r["to"].get<int>(), r["mbps"].get<double>(),
+          r["flow_control"].get<bool>() ? "on" : "off",
+          static_cast<long long>(r["training_messages"].get<int64_t>()),
+          r["training_wait_mean_ms"].get<double>(), r["training_wait_max_ms"].get<double>());
       if (r.contains("bulk_iterations")) {
         std::printf("; bulk %.2f MiB from %.2f s to %.2f s, steps %lld-%lld (%lld iterations)",
                     r["bulk_bytes"].get<double>() / (1 << 20), r["bulk_start_s"].get<double>(),

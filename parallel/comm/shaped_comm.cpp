@@ -49,7 +49,8 @@ class ShapedSend : public Request {
     }
     std::chrono::milliseconds left{0};
     if (timeout.count() > 0) {
-      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+      const auto spent =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
       left = std::max(std::chrono::milliseconds(1), timeout - spent);
     }
     inner->wait(left, what);
@@ -241,8 +242,8 @@ std::unique_ptr<Request> ShapedCommunicator::isend(const Tensor& t, int peer, in
 std::unique_ptr<Communicator> ShapedCommunicator::wrap(std::unique_ptr<Communicator> child,
                                                        std::vector<int> world_ranks) {
   Communicator* raw = child.get();
-  auto out = std::make_unique<ShapedCommunicator>(raw, std::move(child), link_,
-                                                  std::move(world_ranks));
+  auto out =
+      std::make_unique<ShapedCommunicator>(raw, std::move(child), link_, std::move(world_ranks));
   out->set_timeout(timeout());
   return out;
 }

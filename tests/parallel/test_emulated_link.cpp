@@ -96,7 +96,8 @@ double training_wait(size_t bulk, size_t chunk, bool priority) {
     if (t.has_value()) now = t->finish;
   }
   EXPECT_EQ(q.counters(TrafficClass::kBulk).bytes, bulk);
-  EXPECT_EQ(q.counters(TrafficClass::kBulk).messages, static_cast<int64_t>((bulk + chunk - 1) / chunk));
+  EXPECT_EQ(q.counters(TrafficClass::kBulk).messages,
+            static_cast<int64_t>((bulk + chunk - 1) / chunk));
   return q.counters(TrafficClass::kTraining).wait_seconds;
 }
 

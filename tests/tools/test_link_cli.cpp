@@ -36,18 +36,17 @@ nlohmann::json link_of(const TrainRun& run, int from, int to) {
 
 TEST(LinkCli, LiveMoveOverTheLinkChangesNoNumberAndCountsTheMovesIterations) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_link_cli_live");
-  const std::string live = std::string(kCnnAsync) + kMove +
-                           " --migration live --migration-chunk-mb 0.004 ";
+  const std::string live =
+      std::string(kCnnAsync) + kMove + " --migration live --migration-chunk-mb 0.004 ";
   const TrainRun plain = train_run(dir, "plain", live + "--migration-window-mb 0.016");
   ASSERT_EQ(plain.status, 0) << plain.output;
   EXPECT_TRUE(plain.of("link").empty()) << "no link without --link-mbps";
   for (const char* flow : {"on", "off"}) {
     SCOPED_TRACE(flow);
     const std::string window = std::string(flow) == "on" ? "0.016" : "0";
-    const TrainRun run =
-        train_run(dir, std::string("link_") + flow,
-                  live + "--migration-window-mb " + window + " --link-mbps 40 " +
-                      "--link-flow-control " + flow);
+    const TrainRun run = train_run(dir, std::string("link_") + flow,
+                                   live + "--migration-window-mb " + window + " --link-mbps 40 " +
+                                       "--link-flow-control " + flow);
     ASSERT_EQ(run.status, 0) << run.output;
     EXPECT_EQ(run.losses, plain.losses);
     EXPECT_TRUE(run.weights == plain.weights) << "the final weights differ";

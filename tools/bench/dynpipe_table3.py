@@ -26,6 +26,7 @@ first and last byte, the steps they fell in, and each step's end. Per configurat
                   the median step time of the run without a move on the same link (the
                   iterations the pipeline would have run meanwhile; a stop-and-copy stalls
                   inside one step, so its iterations alone say little)
+  (extra row)     --migration live with whole tensors (--migration-chunk-mb 0) and flow control
   step ms during  the mean step time over those steps; and the baseline's median
 
   tools/bench/dynpipe_table3.py build-cpu/strata [--repeats 3] [--link-mbps 16] [--check]
@@ -45,11 +46,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from recovery_common import loadavg, step_times  # noqa: E402
 
 CONFIGS = [
-    # (name, async transfer, flow control)
+    # (name, async transfer, flow control); "whole": the extra row, live with whole tensors
     ("chunked async + flow control", True, True),
     ("chunked async, no flow control", True, False),
     ("stop-and-copy + flow control", False, True),
     ("stop-and-copy, no flow control", False, False),
+    ("live, whole tensors + flow control", "whole", True),
 ]
 
 
@@ -69,7 +71,8 @@ def config_args(a, is_async, flow):
         return args  # the baseline: no move
     args += ["--migrate-at", "%d:flatten-relu1,fc2-fc4" % a.move_at]
     if is_async:
-        args += ["--migration", "live", "--migration-chunk-mb", str(a.chunk_mb),
+        chunk = 0 if is_async == "whole" else a.chunk_mb
+        args += ["--migration", "live", "--migration-chunk-mb", str(chunk),
                  "--migration-window-mb", str(a.window_mb if flow else 0)]
     else:
         args += ["--migration", "restart"]
@@ -142,7 +145,8 @@ def main():
           "medians of %d interleaved runs" % (a.link_mbps, a.width, a.batch_size, a.micro_batches,
                                                a.move_at, a.chunk_mb, a.window_mb, a.repeats))
     print("load average at start: %s" % loadavg())
-    results = {name: [] for name, _, _ in CONFIGS}
+    configs = CONFIGS[:4] if a.check else CONFIGS  # --check: the 2x2 only
+    results = {name: [] for name, _, _ in configs}
     base_steps = []
     commands = {}
     for rep in range(a.repeats):
@@ -152,7 +156,7 @@ def main():
         t = step_times(recs)
         base = statistics.median(t[s] for s in t if s > 2)
         base_steps.append(base)
-        for name, is_async, flow in CONFIGS:
+        for name, is_async, flow in configs:
             cmd, recs = run(a, common + config_args(a, is_async, flow),
                             os.path.join(tmp, "%s_%d.jsonl" % (name.replace(" ", "_"), rep)))
             commands[name] = cmd
@@ -165,20 +169,22 @@ def main():
     print("\n| flow control | chunked async | iterations | iteration-eq. | step ms during "
           "(baseline %.1f) | s to finish | MiB moved | chunks | max training wait ms |" % base_ms)
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, is_async, flow in CONFIGS:
+    for name, is_async, flow in configs:
         rows = results[name]
 
         def med(key):
             return statistics.median(r[key] for r in rows)
         print("| %s | %s | %g | %.1f | %.1f | %.2f | %.2f | %d | %.0f |" % (
-            "yes" if flow else "no", "yes" if is_async else "no", med("iterations"),
+            "yes" if flow else "no",
+            "whole tensors (live)" if is_async == "whole" else "yes" if is_async else "no",
+            med("iterations"),
             med("iteration_eq"), med("step_ms"), med("seconds"), med("bytes") / (1 << 20),
             med("chunks"), med("wait_max_ms")))
     print("\nCommands (one repeat each; the metrics path is per run):")
     for name, cmd in commands.items():
         print("  %s:\n    %s" % (name, " ".join(cmd)))
     if a.check:
-        for name, _, _ in CONFIGS:
+        for name, _, _ in configs:
             for r in results[name]:
                 if r["iterations"] < 1 or r["bytes"] <= 0:
                     sys.exit("%s: %s" % (name, r))
