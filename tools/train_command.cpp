@@ -41,6 +41,7 @@
 #include "tools/text_commands.h"
 #include "tools/train_array.h"
 #include "tools/train_layout.h"
+#include "tools/train_link.h"
 #include "tools/train_reports.h"
 #include "tools/train_signals.h"
 
@@ -227,6 +228,8 @@ void print_configuration(const TrainOptions& o, const Setup& s, int world,
 void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator* world, int threads,
               const Device& device) {
   const int rank = world != nullptr ? world->rank() : 0;
+  std::unique_ptr<LinkSession> link = LinkSession::start(o, world);  // --link-mbps
+  if (link != nullptr) world = link->world();
   // Everything this rank allocates on its device comes from one allocator, so --mem-limit covers
   // all of it: a CPU allocator of its own, or the CUDA context's caching allocator.
   CpuAllocator cpu_allocator;
@@ -257,13 +260,16 @@ void run_rank(const TrainOptions& o, const Setup& setup, parallel::Communicator*
   }
   parallel::TrainObserver* observer =
       reports != nullptr ? static_cast<parallel::TrainObserver*>(reports.get()) : reporter.get();
+  if (link != nullptr) observer = link->observe(observer);
   parallel::Trainer trainer(ctx, setup.spec, setup.train, setup.test, setup.config, setup.pipeline,
                             world, observer);
   if (reports != nullptr) {
     const auto [begin, end] = setup.pipeline.partition[trainer.stage()];
     reports->attach(ctx, trainer.model(), trainer.store(), begin, end);
   }
+  if (link != nullptr) link->mark();
   const parallel::TrainSummary summary = trainer.run();
+  if (link != nullptr) link->report(metrics.get());
   if (rank != 0) return;
   print_stages(summary, setup.layer_names, setup.pipeline, metrics.get());
   const MemoryStats mem = allocator.stats();

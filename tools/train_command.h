@@ -84,6 +84,9 @@ struct TrainOptions {
   std::string migration = "live";       // live | restart
   double migration_chunk_mb = 1.0;      // a live migration's chunks (0: whole tensors)
   double migration_window_mb = 4.0;     // and the most in flight (0: no flow control)
+  double link_mbps = 0.0;               // an emulated link between ranks (0: none)
+  // --link-flow-control: on (training messages first) or off (FIFO).
+  std::string link_flow_control = "on";
   // off | vpipe | dynpipe | dynpipe-no-rf | pipedream-re (parallel/repartition_loop.h)
   std::string repartition = "off";
   int64_t repartition_every = 0;  // 0: the policy's default (20; pipedream-re: an epoch)

@@ -202,6 +202,16 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "--migration live with async-1f1b: at most this many MiB of migration chunks in "
                   "flight at once, so that training traffic goes first (0: no flow control)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--link-mbps", o.link_mbps,
+                  "Emulate a link of this many megabits/s per direction between every two ranks "
+                  "(a cost model, not a measured network: the messages a rank sends wait their "
+                  "transmission time, one at a time); --metrics gets a \"link\" record per link "
+                  "(0: off)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--link-flow-control", o.link_flow_control,
+                  "--link-mbps: on (a free link takes training messages first, a migration's "
+                  "chunks only when none waits) or off (first come, first sent)")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--repartition", o.repartition,
                   "Move layers between stages while training, by policy: off; vpipe (vPIPE's "
                   "loop: every --repartition-every steps the measured per-layer forward and "

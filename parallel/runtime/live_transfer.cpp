@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "engine/check.h"
+#include "parallel/comm/link_queue.h"
 
 namespace strata::parallel {
 namespace {
@@ -242,6 +243,9 @@ void LiveTransfer::run_target() {
 }
 
 void LiveTransfer::move_item(Item& item, bool send) {
+  // An emulated link (--link-mbps) queues the data below the training messages (prepare and ready
+  // are not bulk: they open the transfer when the run starts).
+  const TrafficClassScope bulk(TrafficClass::kBulk);
   for (size_t k = 0; k < item.tensors.size(); ++k) {
     const Tensor& t = item.tensors[k];
     if (t.numel() == 0) continue;

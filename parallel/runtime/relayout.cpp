@@ -5,6 +5,7 @@
 #include <map>
 
 #include "engine/check.h"
+#include "parallel/comm/link_queue.h"
 
 namespace strata::parallel {
 namespace {
@@ -78,6 +79,7 @@ std::unique_ptr<graph::ParamStore> relayout_store(graph::Model& model, const gra
                                                   Allocator& allocator, RelayoutStats* stats,
                                                   int tag_base) {
   const auto start = std::chrono::steady_clock::now();
+  const TrafficClassScope bulk(TrafficClass::kBulk);  // below training on an emulated link
   const std::vector<LayerMove> moves = layer_moves(from, to);
   STRATA_CHECK(stage >= 0 && static_cast<size_t>(stage) < to.size())
       << "relayout: stage " << stage << " of " << to.size();
