@@ -39,7 +39,7 @@ bool parse_number(const std::string& s, double* v) {
 
 bool default_feature_column(const std::string& name) {
   return name != kTargetColumn && name != "window" && name != "colocated_ms" && name != "layer" &&
-         name.rfind("load_", 0) != 0;
+         name != "rank" && name.rfind("load_", 0) != 0;
 }
 
 std::vector<std::string> split_names(const std::string& list) {
