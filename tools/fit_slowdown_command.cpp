@@ -134,6 +134,26 @@ int run_fit_slowdown(const FitSlowdownOptions& o) {
   double test_mean = 0.0;
   for (float y : test.y) test_mean += y;
   std::printf("  (held-out slowdowns: mean %.4f)\n", test_mean / static_cast<double>(n));
+  // A stage's slowdown is the solo-time-weighted mean of its layers' (make_forest_slowdown): the
+  // error weighted the same way is the one a stage's prediction sees (a layer of microseconds,
+  // whose per-window time is mostly when a sleep was paid, weighs little).
+  const auto solo = std::find(test.features.begin(), test.features.end(), "layer_solo_ms");
+  if (solo != test.features.end()) {
+    const size_t k = static_cast<size_t>(solo - test.features.begin());
+    const auto weighted = [&](const std::vector<float>& p) {
+      double sum = 0.0, weight = 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        const double w = test.row(i)[k];
+        sum += w * std::fabs(p[i] - test.y[i]);
+        weight += w;
+      }
+      return weight > 0 ? sum / weight : 0.0;
+    };
+    std::printf(
+        "  weighted by layer_solo_ms (as a stage's slowdown): MAE forest %.4f, linear %.4f, "
+        "constant %.4f\n",
+        weighted(forest_pred), weighted(linear_pred), weighted(constant));
+  }
   std::printf("\nforest MAE / linear MAE = %.3f (single-row latency: median of %d predictions)\n",
               linear_mae > 0 ? forest_mae / linear_mae : 0.0, o.latency_repeats);
   return 0;

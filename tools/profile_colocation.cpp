@@ -257,7 +257,18 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
   }
   for (size_t wi = 0; wi < windows.size(); ++wi) {
     const Window& w = windows[wi];
+    // The target: the slowdown of the layers this rank ran, as the monitor measures a stage's
+    // (their time in the window over their solo time, summed), on every layer's row. A layer's
+    // own ratio is a column for study: for a layer of microseconds it is mostly when the emulated
+    // device's sleep, owed per layer and paid once it reaches a millisecond, fell.
     double sum_solo = 0.0, sum_here = 0.0;
+    for (size_t l = 0; l < L; ++l) {
+      if (solo[l] > 0 && w.layer_ms[l] > 0) {
+        sum_solo += solo[l];
+        sum_here += w.layer_ms[l];
+      }
+    }
+    const double stage_slowdown = sum_solo > 0 ? sum_here / sum_solo : 0.0;
     for (size_t l = 0; l < L; ++l) {
       if (solo[l] <= 0 || w.layer_ms[l] <= 0) {
         if (wi == 0) ++skipped;
@@ -273,9 +284,7 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
       for (double v : dp::slowdown_feature_row(lf, w.counters)) rows_text << "," << v;
       rows_text << "," << w.load.threads << "," << (w.load.threads > 0 ? w.load.duty : 0.0) << ","
                 << (w.load.memory ? 1 : 0) << "," << w.load_rank << "," << w.layer_ms[l] << ","
-                << w.layer_ms[l] / solo[l] << "\n";
-      sum_solo += solo[l];
-      sum_here += w.layer_ms[l];
+                << w.layer_ms[l] / solo[l] << "," << stage_slowdown << "\n";
     }
     if (rank == 0) {
       std::string load = dp::describe_load(w.load);
@@ -283,14 +292,15 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
       std::printf("  %-6zu %-36s %7.3f %7.3f %7.2f %9.3f %9.0f %7.3f %9.3f\n", wi, load.c_str(),
                   w.counters.cpu_util_mean, w.counters.cpu_util_max, w.counters.runq_per_core,
                   w.counters.run_delay_per_cpu_s, w.counters.preempt_per_cpu_s,
-                  w.counters.cpu_per_s, sum_solo > 0 ? sum_here / sum_solo : 0.0);
+                  w.counters.cpu_per_s, stage_slowdown);
     }
   }
   const std::string all = gather_text(world, rows_text.str());
   if (rank != 0) return 0;
   out << "layer,rank,window";
   for (const std::string& n : dp::slowdown_features()) out << "," << n;
-  out << ",load_threads,load_duty,load_memory,load_rank,colocated_ms,slowdown\n" << all;
+  out << ",load_threads,load_duty,load_memory,load_rank,colocated_ms,layer_slowdown,slowdown\n"
+      << all;
   out.close();
   STRATA_CHECK(out.good()) << "cannot write --colocation-output '" << o.colocation_output << "'";
   const size_t total = static_cast<size_t>(std::count(all.begin(), all.end(), '\n'));

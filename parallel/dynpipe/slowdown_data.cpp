@@ -38,8 +38,9 @@ bool parse_number(const std::string& s, double* v) {
 }  // namespace
 
 bool default_feature_column(const std::string& name) {
-  return name != kTargetColumn && name != "window" && name != "colocated_ms" && name != "layer" &&
-         name != "rank" && name.rfind("load_", 0) != 0;
+  return name != kTargetColumn && name != "window" && name != "colocated_ms" &&
+         name != "layer_slowdown" && name != "layer" && name != "rank" &&
+         name.rfind("load_", 0) != 0;
 }
 
 std::vector<std::string> split_names(const std::string& list) {

@@ -44,9 +44,9 @@ struct SlowdownData {
 };
 
 // The columns of a CSV file (header line) that are features when read_slowdown_csv is given
-// none: every numeric column except the target ("slowdown"), "window", "rank", "colocated_ms"
-// (the target's numerator) and the load's own settings "load_*" (a worker does not see a
-// co-located job's settings, only the counters). Non-numeric columns (e.g. "layer") are never
+// none: every numeric column except the target ("slowdown"), "window", "rank", "colocated_ms",
+// "layer_slowdown" (the target's parts) and the load's own settings "load_*" (a worker does not see
+// a co-located job's settings, only the counters). Non-numeric columns (e.g. "layer") are never
 // features. (strata fit-slowdown asks for feature set kFeatureSet by default:
 // slowdown_features.h.)
 bool default_feature_column(const std::string& name);

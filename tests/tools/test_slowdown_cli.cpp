@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -64,22 +65,24 @@ std::string plan_command(const std::string& profile) {
 const char* kColocationHeader =
     "layer,rank,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,layer_activation_bytes,"
     "cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s,load_threads,"
-    "load_duty,load_memory,load_rank,colocated_ms,slowdown";
+    "load_duty,load_memory,load_rank,colocated_ms,layer_slowdown,slowdown";
 
 // The rows of a co-location CSV: as many solo rows as loaded per rank (a solo window before
-// each loaded one and after the last), the label colocated / solo, the solo time the median of
-// the rank's solo windows. Returns the ranks seen.
+// each loaded one and after the last), a layer's ratio colocated / solo, and the target the
+// rank's window's sum of colocated over the sum of solo (a stage's slowdown), on each of its
+// rows. Returns the ranks seen.
 std::set<std::string> check_rows(const std::vector<std::string>& lines, size_t windows) {
   EXPECT_EQ(lines.at(0), kColocationHeader);
   std::set<std::string> ranks, window_ids;
+  std::map<std::string, std::vector<double>> sums;  // rank/window: solo, colocated, target
   size_t loaded = 0;
   for (size_t i = 1; i < lines.size(); ++i) {
     std::stringstream row(lines[i]);
     std::vector<std::string> cells;
     std::string cell;
     while (std::getline(row, cell, ',')) cells.push_back(cell);
-    EXPECT_EQ(cells.size(), 18u) << lines[i];
-    if (cells.size() != 18u) continue;
+    EXPECT_EQ(cells.size(), 19u) << lines[i];
+    if (cells.size() != 19u) continue;
     ranks.insert(cells[1]);
     window_ids.insert(cells[2]);
     const bool solo = cells[12] == "0";
@@ -87,7 +90,13 @@ std::set<std::string> check_rows(const std::vector<std::string>& lines, size_t w
     EXPECT_EQ(cells[15] == "-1", solo) << lines[i];  // load_rank
     EXPECT_GT(std::stod(cells[3]), 0.0) << lines[i];
     EXPECT_NEAR(std::stod(cells[17]), std::stod(cells[16]) / std::stod(cells[3]), 1e-4) << lines[i];
+    std::vector<double>& s = sums[cells[1] + "/" + cells[2]];
+    s.resize(3, 0.0);
+    s[0] += std::stod(cells[3]);
+    s[1] += std::stod(cells[16]);
+    s[2] = std::stod(cells[18]);
   }
+  for (const auto& [key, s] : sums) EXPECT_NEAR(s[2], s[1] / s[0], 1e-4 * s[2]) << key;
   EXPECT_EQ(window_ids.size(), windows);
   // windows = 2 x loaded + 1: the loaded rows are (windows - 1) / 2 of every windows' rows.
   EXPECT_EQ(loaded * windows, (lines.size() - 1) * (windows - 1) / 2);
@@ -185,6 +194,7 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   ASSERT_EQ(r.status, 0) << r.output;
   expect_all(r.output, {"800 rows, 9 features (strata-cpu-2: layer_solo_ms,layer_param_bytes,",
                         "held out 160 rows", "forest: 128 trees", "wrote " + model,
+                        "weighted by layer_solo_ms (as a stage's slowdown): MAE forest ",
                         "random forest (XGBoost)", "linear regression (least squares)"});
   const size_t at = r.output.find("forest MAE / linear MAE = ");
   ASSERT_NE(at, std::string::npos) << r.output;
