@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/check.h"
+#include "parallel/dynpipe/slowdown_features.h"
 #include "parallel/dynpipe/slowdown_model.h"
 
 namespace strata::tools {
@@ -27,9 +28,9 @@ CLI::App* add_fit_slowdown_command(CLI::App& app, FitSlowdownOptions& o) {
   cmd->add_option("--out", o.out, "Write the forest to this file (XGBoost JSON + feature set)")
       ->required();
   cmd->add_option("--features", o.features,
-                  "Comma-separated feature columns (empty = every numeric column but slowdown, "
-                  "window, colocated_ms and load_*: what a worker observes, not the load's "
-                  "settings)");
+                  "Comma-separated feature columns (empty = feature set strata-cpu-2, the columns "
+                  "strata profile --colocation writes and training provides; a model of other "
+                  "columns is for study: plan and train refuse it)");
   cmd->add_option("--holdout", o.holdout,
                   "Fraction of the rows held out for the error (whole windows when the data set "
                   "has a 'window' column: its rows share the window's counters)");
@@ -67,11 +68,15 @@ int run_fit_slowdown(const FitSlowdownOptions& o) {
       << "this strata was built with -DSTRATA_WITH_XGBOOST=OFF: fit-slowdown needs XGBoost "
          "(install libxgboost-dev and configure again)";
   STRATA_CHECK(o.latency_repeats >= 1) << "--latency-repeats must be positive";
-  const dp::SlowdownData data = dp::read_slowdown_csv(o.data, dp::split_names(o.features), 10);
+  const std::vector<std::string> features =
+      o.features.empty() ? dp::slowdown_features() : dp::split_names(o.features);
+  const dp::SlowdownData data = dp::read_slowdown_csv(o.data, features, 10);
   dp::SlowdownData train, test;
   dp::split_holdout(data, o.holdout, o.seed, &train, &test);
-  std::printf("data set %s: %zu rows, %zu features (%s)\n", o.data.c_str(), data.rows(),
-              data.features.size(), dp::join_names(data.features).c_str());
+  std::printf("data set %s: %zu rows, %zu features (%s: %s)\n", o.data.c_str(), data.rows(),
+              data.features.size(),
+              data.features == dp::slowdown_features() ? dp::kFeatureSet : "custom",
+              dp::join_names(data.features).c_str());
   std::string unit = "rows";
   if (!test.group.empty()) {
     std::vector<int64_t> g = test.group;
@@ -129,6 +134,26 @@ int run_fit_slowdown(const FitSlowdownOptions& o) {
   double test_mean = 0.0;
   for (float y : test.y) test_mean += y;
   std::printf("  (held-out slowdowns: mean %.4f)\n", test_mean / static_cast<double>(n));
+  // A stage's slowdown is the solo-time-weighted mean of its layers' (make_forest_slowdown): the
+  // error weighted the same way is the one a stage's prediction sees (a layer of microseconds,
+  // whose per-window time is mostly when a sleep was paid, weighs little).
+  const auto solo = std::find(test.features.begin(), test.features.end(), "layer_solo_ms");
+  if (solo != test.features.end()) {
+    const size_t k = static_cast<size_t>(solo - test.features.begin());
+    const auto weighted = [&](const std::vector<float>& p) {
+      double sum = 0.0, weight = 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        const double w = test.row(i)[k];
+        sum += w * std::fabs(p[i] - test.y[i]);
+        weight += w;
+      }
+      return weight > 0 ? sum / weight : 0.0;
+    };
+    std::printf(
+        "  weighted by layer_solo_ms (as a stage's slowdown): MAE forest %.4f, linear %.4f, "
+        "constant %.4f\n",
+        weighted(forest_pred), weighted(linear_pred), weighted(constant));
+  }
   std::printf("\nforest MAE / linear MAE = %.3f (single-row latency: median of %d predictions)\n",
               linear_mae > 0 ? forest_mae / linear_mae : 0.0, o.latency_repeats);
   return 0;

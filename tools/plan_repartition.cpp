@@ -19,6 +19,7 @@
 
 #include "engine/check.h"
 #include "parallel/dynpipe/repartition.h"
+#include "parallel/dynpipe/slowdown_features.h"
 #include "parallel/dynpipe/slowdown_model.h"
 #include "tools/common.h"
 #include "tools/plan_dynpipe.h"
@@ -150,7 +151,7 @@ void print_repartition(const PlanOptions& o, const std::vector<parallel::LayerCo
         dp::per_rank_slowdown(dp::measured_slowdowns(costs, current.partition, measured, ro));
     source = "dynpipe-no-rf: measured stage times over solo";
   } else {
-    const dp::ForestModel forest = dp::ForestModel::load(o.slowdown_model);
+    const dp::ForestModel forest = dp::ForestModel::load(o.slowdown_model, dp::slowdown_features());
     slowdown = dp::make_forest_slowdown(forest, costs, read_rank_counters(o.rank_counters, ranks));
     source = "random forest " + o.slowdown_model + " (" + std::to_string(forest.features().size()) +
              " features)";

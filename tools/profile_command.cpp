@@ -43,11 +43,15 @@ CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
                 "loads of threads competing for the cores, with the CPU's counters (CSV to "
                 "--colocation-output)");
   cmd->add_option("--colocation-samples", o.colocation_samples,
-                  "--colocation: loaded windows of --steps steps each (solo windows are added "
-                  "before the first and after every fourth)");
+                  "--colocation: loaded windows of --steps steps each (a solo window before each "
+                  "and after the last: as many unloaded situations as loaded)");
   cmd->add_option("--colocation-output", o.colocation_output, "--colocation: the CSV to write");
   cmd->add_option("--load-threads", o.load_threads,
                   "--colocation: the most threads of a load (0 = twice the cores)");
+  cmd->add_option("--inject", o.inject,
+                  "--colocation: an emulated device, as strata train's --inject "
+                  "\"kind=device,factor=X\" (each layer lasts X times its CPU time, sleeping the "
+                  "rest): profile under the device training runs on (only kind=device)");
   return cmd;
 }
 
@@ -109,8 +113,9 @@ int run_profile(const ProfileOptions& o) {
   if (o.colocation) return run_colocation_profile(o);
   const ProfileOptions d;
   STRATA_CHECK(o.colocation_samples == d.colocation_samples && o.colocation_output.empty() &&
-               o.load_threads == d.load_threads)
-      << "--colocation-samples, --colocation-output and --load-threads are flags of --colocation";
+               o.load_threads == d.load_threads && o.inject.empty())
+      << "--colocation-samples, --colocation-output, --load-threads and --inject are flags of "
+         "--colocation";
   const ModelProfile p = profile_model(o);
   std::printf("profile of %s on %s, batch %lld, %lld steps (%s)\n\n%s", p.model->name().c_str(),
               p.dataset.c_str(), static_cast<long long>(o.batch_size),

@@ -31,6 +31,7 @@ struct ProfileOptions {
   int colocation_samples = 8;  // loaded windows
   std::string colocation_output;
   int load_threads = 0;  // the most load threads; 0: twice the cores
+  std::string inject;    // --colocation: "kind=device,factor=X" (an emulated device) or empty
 };
 
 // The flags that choose the model and its data (--model, --size, --model-spec, --dataset,

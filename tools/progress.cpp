@@ -209,10 +209,9 @@ void ConsoleReporter::on_monitor(const parallel::dynpipe::MonitorSample& m) {
                    {"steps", m.steps},
                    {"cpu_util_mean", m.counters.cpu_util_mean},
                    {"cpu_util_max", m.counters.cpu_util_max},
-                   {"procs_running", m.counters.procs_running},
-                   {"ctxt_per_s", m.counters.ctxt_per_s},
-                   {"voluntary_cs_per_s", m.counters.voluntary_cs_per_s},
-                   {"involuntary_cs_per_s", m.counters.involuntary_cs_per_s}});
+                   {"runq_per_core", m.counters.runq_per_core},
+                   {"run_delay_per_cpu_s", m.counters.run_delay_per_cpu_s},
+                   {"preempt_per_cpu_s", m.counters.preempt_per_cpu_s}});
 }
 
 }  // namespace strata::tools

@@ -1,6 +1,7 @@
 #include "parallel/dynpipe/colocation.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -36,7 +37,27 @@ bool read_task_switches(const std::string& path, uint64_t* voluntary, uint64_t* 
   return true;
 }
 
+// The thread's name (its comm file), "" when it ended meanwhile.
+std::string read_task_name(const std::string& dir) {
+  std::ifstream in(dir + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+// Time on a CPU and run delay (ns) of one thread's schedstat.
+void read_task_schedstat(const std::string& dir, uint64_t* exec_ns, uint64_t* delay_ns) {
+  std::ifstream in(dir + "/schedstat");
+  unsigned long long on = 0, wait = 0;
+  if (in >> on >> wait) {
+    *exec_ns += on;
+    *delay_ns += wait;
+  }
+}
+
 }  // namespace
+
+void name_this_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
 
 std::string describe_load(const LoadSpec& s) {
   if (s.threads == 0) return "none";
@@ -72,6 +93,7 @@ std::vector<int> LoadGenerator::thread_ids() const {
 }
 
 void LoadGenerator::run(size_t index) {
+  name_this_thread(kLoadThreadName);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     tids_.push_back(static_cast<int>(syscall(SYS_gettid)));
@@ -133,12 +155,15 @@ CpuSnapshot read_cpu_snapshot(const std::vector<int>& exclude) {
   STRATA_CHECK(!s.cores.empty() && have_ctxt && have_running)
       << "/proc/stat lacks per-core lines, ctxt or procs_running";
   if (DIR* dir = opendir("/proc/self/task")) {
+    const std::string load_name = kLoadThreadName;
     while (dirent* e = readdir(dir)) {
       if (e->d_name[0] == '.') continue;
       const int tid = std::atoi(e->d_name);
       if (std::find(exclude.begin(), exclude.end(), tid) != exclude.end()) continue;
-      read_task_switches(std::string("/proc/self/task/") + e->d_name + "/status", &s.voluntary,
-                         &s.involuntary);
+      const std::string task = std::string("/proc/self/task/") + e->d_name;
+      if (read_task_name(task).rfind(load_name, 0) == 0) continue;
+      if (!read_task_switches(task + "/status", &s.voluntary, &s.involuntary)) continue;
+      read_task_schedstat(task, &s.exec_ns, &s.run_delay_ns);
     }
     closedir(dir);
   }
@@ -159,29 +184,46 @@ CpuCounters counters_between(const CpuSnapshot& a, const CpuSnapshot& b,
     c.cpu_util_max = std::max(c.cpu_util_max, u);
   }
   c.cpu_util_mean = cores > 0 ? sum / static_cast<double>(cores) : 0.0;
-  c.procs_running = mean_procs_running;
-  const auto rate = [dt](uint64_t x, uint64_t y) {
-    return y >= x ? static_cast<double>(y - x) / dt : 0.0;  // threads that ended lower the sum
+  c.runq_per_core = cores > 0 ? mean_procs_running / static_cast<double>(cores) : 0.0;
+  // Threads that ended between the readings lower the sums: a negative difference counts 0.
+  const auto diff = [](uint64_t x, uint64_t y) {
+    return y >= x ? static_cast<double>(y - x) : 0.0;
   };
-  c.ctxt_per_s = rate(a.context_switches, b.context_switches);
-  c.voluntary_cs_per_s = rate(a.voluntary, b.voluntary);
-  c.involuntary_cs_per_s = rate(a.involuntary, b.involuntary);
+  const double cpu_s = 1e-9 * diff(a.exec_ns, b.exec_ns);
+  c.cpu_per_s = cpu_s / dt;
+  // Below a millisecond of CPU the ratios are noise: none.
+  if (cpu_s >= 1e-3) {
+    c.run_delay_per_cpu_s = 1e-9 * diff(a.run_delay_ns, b.run_delay_ns) / cpu_s;
+    c.preempt_per_cpu_s = diff(a.involuntary, b.involuntary) / cpu_s;
+  }
   return c;
 }
 
 std::vector<std::string> counter_names() {
-  return {"cpu_util_mean", "cpu_util_max",       "procs_running",
-          "ctxt_per_s",    "voluntary_cs_per_s", "involuntary_cs_per_s"};
+  return {"cpu_util_mean", "cpu_util_max", "runq_per_core", "run_delay_per_cpu_s",
+          "preempt_per_cpu_s"};
 }
 
 std::vector<double> counter_values(const CpuCounters& c) {
-  return {c.cpu_util_mean, c.cpu_util_max,       c.procs_running,
-          c.ctxt_per_s,    c.voluntary_cs_per_s, c.involuntary_cs_per_s};
+  return {c.cpu_util_mean, c.cpu_util_max, c.runq_per_core, c.run_delay_per_cpu_s,
+          c.preempt_per_cpu_s};
+}
+
+CpuCounters counters_from_values(const std::vector<double>& v) {
+  STRATA_CHECK_EQ(v.size(), counter_names().size()) << "counter values";
+  CpuCounters c;
+  c.cpu_util_mean = v[0];
+  c.cpu_util_max = v[1];
+  c.runq_per_core = v[2];
+  c.run_delay_per_cpu_s = v[3];
+  c.preempt_per_cpu_s = v[4];
+  return c;
 }
 
 CounterWindow::CounterWindow(std::vector<int> exclude, int period_ms)
     : exclude_(std::move(exclude)) {
   sampler_ = std::thread([this, period_ms] {
+    name_this_thread("strata-sampler");
     sampler_tid_ = static_cast<int>(syscall(SYS_gettid));
     while (!stop_) {
       std::ifstream in("/proc/stat");

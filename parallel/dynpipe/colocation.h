@@ -53,6 +53,13 @@ class LoadGenerator {
   std::vector<std::thread> threads_;
 };
 
+// Threads whose name (/proc/.../comm) starts with this are a co-located load's, not the
+// workload's: the process counters leave them out. LoadGenerator's threads and --inject
+// kind=load's (parallel/runtime/injector.h) carry it, so the profile and training count alike.
+inline constexpr const char* kLoadThreadName = "strata-load";
+// Names the calling thread (at most 15 characters).
+void name_this_thread(const char* name);
+
 // One reading of /proc.
 struct CpuSnapshot {
   struct Core {
@@ -64,25 +71,42 @@ struct CpuSnapshot {
   uint64_t procs_running = 0;     // of /proc/stat (the run queue, this instant)
   uint64_t voluntary = 0;         // this process's threads, less the excluded ones
   uint64_t involuntary = 0;
+  // /proc/self/task/*/schedstat of the same threads: time on a CPU and time runnable but waiting
+  // for one (the scheduler's run delay), nanoseconds. Zero where the kernel lacks schedstat.
+  uint64_t exec_ns = 0;
+  uint64_t run_delay_ns = 0;
   double seconds = 0.0;  // steady clock
 };
-// Reads /proc/stat and /proc/self/task/*/status, leaving out the threads `exclude`. Throws
-// strata::Error naming the file when /proc/stat cannot be read or parsed.
+// Reads /proc/stat and /proc/self/task/*/{status,schedstat}, leaving out the threads `exclude`
+// and those named kLoadThreadName*. Throws strata::Error naming the file when /proc/stat cannot
+// be read or parsed.
 CpuSnapshot read_cpu_snapshot(const std::vector<int>& exclude = {});
 
-// Counters over a window (the names are the data set's columns).
+// Counters over a window, normalized so that a row means the same on a machine of other size
+// and on a busy or quiet one where that is possible (the names are the data set's columns):
+//  - the machine's load per core: utilization is a fraction already, the run queue is divided by
+//    the cores (the machine's context switches per second are left out: other jobs' switching
+//    says nothing of ours);
+//  - this process's contention, which is the same whoever else runs: the scheduler's run delay
+//    per second of CPU the process got (0: never waited for a core; 1: waited as long as it
+//    ran), and involuntary switches (preemptions) per CPU second. Voluntary switches are left
+//    out: they count how the code waits (sleeps of an emulated device, a pipeline's receives),
+//    not interference.
 struct CpuCounters {
-  double cpu_util_mean = 0.0;  // busy / total over the window, mean over cores, in [0, 1]
-  double cpu_util_max = 0.0;   // of the busiest core
-  double procs_running = 0.0;  // mean of the samples taken during the window
-  double ctxt_per_s = 0.0;     // the machine's context switches per second
-  double voluntary_cs_per_s = 0.0;
-  double involuntary_cs_per_s = 0.0;
+  double cpu_util_mean = 0.0;        // busy / total over the window, mean over cores, in [0, 1]
+  double cpu_util_max = 0.0;         // of the busiest core
+  double runq_per_core = 0.0;        // mean run queue (procs_running) over the cores
+  double run_delay_per_cpu_s = 0.0;  // this process: run delay / CPU time
+  double preempt_per_cpu_s = 0.0;    // this process: involuntary switches / CPU second
+  double cpu_per_s = 0.0;            // this process: CPU seconds per wall second (not a feature)
 };
+// `mean_procs_running`: the run queue over the window (the mean of samples).
 CpuCounters counters_between(const CpuSnapshot& a, const CpuSnapshot& b, double mean_procs_running);
-// Names of CpuCounters' fields in order, and their values.
+// Names of the counters that are features (slowdown_features.h), in order, and their values.
 std::vector<std::string> counter_names();
 std::vector<double> counter_values(const CpuCounters& c);
+// counter_values' inverse (a monitor's sample off the all-reduce). Throws for another count.
+CpuCounters counters_from_values(const std::vector<double>& values);
 
 // Samples the run queue every `period_ms` on a thread between start and finish.
 class CounterWindow {

@@ -92,12 +92,7 @@ std::vector<MonitorSample> StageMonitor::absorb(const std::vector<double>& sum) 
     s.steps = static_cast<int64_t>(std::llround(v[6]));
     STRATA_CHECK(std::llround(v[7]) == 1)
         << "monitor: rank " << r << "'s slot was written " << v[7] << " times";
-    s.counters.cpu_util_mean = v[8];
-    s.counters.cpu_util_max = v[9];
-    s.counters.procs_running = v[10];
-    s.counters.ctxt_per_s = v[11];
-    s.counters.voluntary_cs_per_s = v[12];
-    s.counters.involuntary_cs_per_s = v[13];
+    s.counters = counters_from_values(std::vector<double>(v + 8, v + kWidth));
     MonitorSample& held = latest_[static_cast<size_t>(r)];
     if (s.seq > held.seq) fresh.push_back(s);
     held = s;

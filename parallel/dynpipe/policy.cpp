@@ -9,6 +9,7 @@
 #include "engine/log.h"
 #include "parallel/dynpipe/colocation.h"
 #include "parallel/dynpipe/repartition.h"
+#include "parallel/dynpipe/slowdown_features.h"
 #include "parallel/dynpipe/slowdown_model.h"
 
 namespace strata::parallel::dynpipe {
@@ -133,12 +134,7 @@ class DynpipePolicy : public RepartitionPolicy {
 
 }  // namespace
 
-std::vector<std::string> dynpipe_features() {
-  std::vector<std::string> f = {"layer_solo_ms", "layer_param_bytes", "layer_output_bytes",
-                                "layer_activation_bytes"};
-  for (const std::string& c : counter_names()) f.push_back(c);
-  return f;
-}
+std::vector<std::string> dynpipe_features() { return slowdown_features(); }
 
 std::unique_ptr<RepartitionPolicy> make_policy(const PolicyOptions& o) {
   STRATA_CHECK(o.threshold >= 0.0 && o.threshold < 1.0)

@@ -55,8 +55,8 @@ struct PolicyOptions {
 // feature set than kDynpipeFeatures, naming the file and what differs.
 std::unique_ptr<RepartitionPolicy> make_policy(const PolicyOptions& options);
 
-// The features the trainer provides to the slowdown model, in the order strata profile
-// --colocation writes them (its default feature columns).
+// The features the trainer provides to the slowdown model: feature set kFeatureSet
+// (slowdown_features.h), the columns strata profile --colocation writes.
 std::vector<std::string> dynpipe_features();
 
 }  // namespace strata::parallel::dynpipe

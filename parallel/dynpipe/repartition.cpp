@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "engine/check.h"
+#include "parallel/dynpipe/slowdown_features.h"
 #include "parallel/dynpipe/slowdown_model.h"
 
 namespace strata::parallel::dynpipe {
@@ -216,30 +217,23 @@ SlowdownFn make_forest_slowdown(const ForestModel& model, const std::vector<Laye
   // weighted[r][i]: prefix sums of predicted slowdown x solo time over the layers, per rank.
   auto weighted = std::make_shared<std::vector<std::vector<double>>>();
   auto time = std::make_shared<std::vector<double>>(compute_prefix(layers));
+  // The rows are the profile's (slowdown_features.h): the model must be of that feature set.
+  const std::vector<std::string> expected = slowdown_features();
+  STRATA_CHECK(features == expected)
+      << "the slowdown model's features (" << join_names(features) << ") are not feature set "
+      << kFeatureSet << " (" << join_names(expected) << ")";
   for (size_t r = 0; r < rank_counters.size(); ++r) {
-    std::vector<float> rows(m * f);
+    const CpuCounters counters = counters_from_map(rank_counters[r], "rank " + std::to_string(r));
+    std::vector<float> rows;
+    rows.reserve(m * f);
     for (size_t i = 0; i < m; ++i) {
       const LayerCost& l = layers[i];
-      for (size_t k = 0; k < f; ++k) {
-        const std::string& name = features[k];
-        double v = 0.0;
-        if (name == "layer_solo_ms") {
-          v = l.forward_ms + l.backward_ms;
-        } else if (name == "layer_param_bytes") {
-          v = l.param_bytes;
-        } else if (name == "layer_output_bytes") {
-          v = l.output_bytes;
-        } else if (name == "layer_activation_bytes") {
-          v = l.activation_bytes;
-        } else {
-          const auto it = rank_counters[r].find(name);
-          STRATA_CHECK(it != rank_counters[r].end())
-              << "the slowdown model's feature '" << name
-              << "' is neither a layer's nor among rank " << r << "'s counters";
-          v = it->second;
-        }
-        rows[i * f + k] = static_cast<float>(v);
-      }
+      LayerFeatures lf;
+      lf.solo_ms = l.forward_ms + l.backward_ms;
+      lf.param_bytes = l.param_bytes;
+      lf.output_bytes = l.output_bytes;
+      lf.activation_bytes = l.activation_bytes;
+      for (double v : slowdown_feature_row(lf, counters)) rows.push_back(static_cast<float>(v));
     }
     const std::vector<float> pred = model.predict(rows.data(), m);
     std::vector<double> prefix(m + 1, 0.0);

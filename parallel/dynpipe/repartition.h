@@ -89,12 +89,13 @@ std::vector<double> measured_slowdowns(const std::vector<LayerCost>& layers,
                                        const std::vector<double>& measured_stage_ms,
                                        const RepartitionOptions& options);
 
-// The forest's prediction per candidate stage: each layer's slowdown from the model's features,
-// taken from the layer (layer_solo_ms = forward + backward ms per sample, layer_param_bytes,
-// layer_output_bytes, layer_activation_bytes) and from the rank's counters (every other feature,
-// by name, in `rank_counters[rank]`); a stage's slowdown is the solo-time-weighted mean of its
-// layers' (clamped below at 1e-3). Predictions are made once per rank and layer here. Throws
-// strata::Error naming a feature that neither the layer nor a rank's counters provide.
+// The forest's prediction per candidate stage: each layer's row of feature set kFeatureSet
+// (slowdown_features.h: the same function as the profile's rows), from the layer (layer_solo_ms =
+// forward + backward ms per sample, parameter, output and activation bytes) and the rank's
+// counters (`rank_counters[rank]`, by counter_names()); a stage's slowdown is the
+// solo-time-weighted mean of its layers' (clamped below at 1e-3). Predictions are made once per
+// rank and layer here. Throws strata::Error for a model of another feature set or a counter
+// missing from a rank's.
 SlowdownFn make_forest_slowdown(const ForestModel& model, const std::vector<LayerCost>& layers,
                                 const std::vector<std::map<std::string, double>>& rank_counters);
 

@@ -38,7 +38,8 @@ bool parse_number(const std::string& s, double* v) {
 }  // namespace
 
 bool default_feature_column(const std::string& name) {
-  return name != kTargetColumn && name != "window" && name != "colocated_ms" && name != "layer" &&
+  return name != kTargetColumn && name != "window" && name != "colocated_ms" &&
+         name != "layer_slowdown" && name != "layer" && name != "rank" &&
          name.rfind("load_", 0) != 0;
 }
 

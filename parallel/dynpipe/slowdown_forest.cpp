@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/check.h"
+#include "parallel/dynpipe/slowdown_features.h"
 #include "parallel/dynpipe/slowdown_model.h"
 
 #if STRATA_HAVE_XGBOOST
@@ -98,6 +99,9 @@ ForestModel ForestModel::fit(const SlowdownData& data, const ForestOptions& o) {
   xgb_check(XGBoosterSetAttr(m.impl_->booster, "strata_model", kModelFormat), "set attributes");
   xgb_check(XGBoosterSetAttr(m.impl_->booster, "strata_features", join_names(m.features_).c_str()),
             "set attributes");
+  const std::string set = m.features_ == slowdown_features() ? kFeatureSet : "custom";
+  xgb_check(XGBoosterSetAttr(m.impl_->booster, "strata_feature_set", set.c_str()),
+            "set attributes");
   return m;
 }
 
@@ -140,6 +144,11 @@ ForestModel ForestModel::load(const std::string& path, const std::vector<std::st
       << "slowdown model '" << path << "' does not record its feature set";
   const std::vector<std::string> features =
       split_names((*attrs)["strata_features"].get<std::string>());
+  // Files before the set had a name (and custom --features): "custom" unless recorded.
+  const std::string set =
+      attrs->contains("strata_feature_set") && (*attrs)["strata_feature_set"].is_string()
+          ? (*attrs)["strata_feature_set"].get<std::string>()
+          : std::string(features == slowdown_features() ? kFeatureSet : "custom");
   if (!expected.empty() && features != expected) {
     std::string missing, extra;
     for (const std::string& f : expected) {
@@ -152,10 +161,12 @@ ForestModel ForestModel::load(const std::string& path, const std::vector<std::st
         extra += (extra.empty() ? "" : ",") + f;
       }
     }
-    STRATA_THROW() << "slowdown model '" << path
-                   << "' was trained on another feature set: " << features.size() << " features ("
-                   << join_names(features) << "), expected " << expected.size() << " ("
-                   << join_names(expected) << ")"
+    STRATA_THROW() << "slowdown model '" << path << "' was trained on another feature set: '" << set
+                   << "', " << features.size() << " features (" << join_names(features)
+                   << "), expected "
+                   << (expected == slowdown_features() ? "'" + std::string(kFeatureSet) + "', "
+                                                       : std::string())
+                   << expected.size() << " (" << join_names(expected) << ")"
                    << (missing.empty() ? "" : "; the file lacks " + missing)
                    << (extra.empty() ? "" : "; the file has extra " + extra)
                    << (missing.empty() && extra.empty() ? "; same names in another order" : "");

@@ -43,10 +43,12 @@ struct SlowdownData {
   const float* row(size_t i) const { return x.data() + i * features.size(); }
 };
 
-// The columns of a CSV file (header line) that are features by default: every numeric column
-// except the target ("slowdown"), "window", "colocated_ms" (the target's numerator) and the
-// load's own settings "load_*" (a worker does not see a co-located job's settings, only the
-// counters). Non-numeric columns (e.g. "layer") are never features.
+// The columns of a CSV file (header line) that are features when read_slowdown_csv is given
+// none: every numeric column except the target ("slowdown"), "window", "rank", "colocated_ms",
+// "layer_slowdown" (the target's parts) and the load's own settings "load_*" (a worker does not see
+// a co-located job's settings, only the counters). Non-numeric columns (e.g. "layer") are never
+// features. (strata fit-slowdown asks for feature set kFeatureSet by default:
+// slowdown_features.h.)
 bool default_feature_column(const std::string& name);
 
 // Reads a CSV data set with a header line: `features` (empty: the default columns, in file order)

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/check.h"
+#include "parallel/dynpipe/colocation.h"
 #include "parallel/partition/partition.h"
 
 namespace strata::parallel {
@@ -401,6 +402,9 @@ void Injector::update_load(int64_t step) {
       load_start_ = std::chrono::steady_clock::now();
       for (int t = 0; t < n; ++t) {
         threads.emplace_back([this, t] {
+          // A co-located load's thread: the monitor's process counters leave it out, as the
+          // profile's (parallel/dynpipe/colocation.h).
+          dynpipe::name_this_thread(dynpipe::kLoadThreadName);
           // Arithmetic that the compiler cannot drop, checking the flag now and then.
           volatile double sink = 1.0 + t;
           while (!load_stop_.load(std::memory_order_relaxed)) {

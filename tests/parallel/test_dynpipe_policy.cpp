@@ -82,7 +82,7 @@ TEST(PipeDreamRe, RepartitionsOnTheMeasuredCostsWithoutASlowdownModel) {
   EXPECT_NE(d.reason.find("measured layer costs"), std::string::npos) << d.reason;
 }
 
-// A forest fitted on dynpipe_features() where the slowdown is 1 + 2 x (run queue above 3).
+// A forest fitted on dynpipe_features() where the slowdown is 1 + 2 x (run queue per core above 3).
 std::string write_forest(const std::string& dir) {
   SlowdownData d;
   d.features = dynpipe_features();
@@ -92,7 +92,7 @@ std::string write_forest(const std::string& dir) {
     std::vector<float> row(d.features.size());
     for (float& v : row) v = u(rng);
     row[0] = 0.1f + u(rng);  // layer_solo_ms
-    row[6] = 6.0f * u(rng);  // procs_running
+    row[6] = 6.0f * u(rng);  // runq_per_core
     d.x.insert(d.x.end(), row.begin(), row.end());
     d.y.push_back(row[6] > 3.0f ? 3.0f : 1.0f);
   }
@@ -103,10 +103,10 @@ std::string write_forest(const std::string& dir) {
   return path;
 }
 
-std::map<std::string, double> counters(double procs_running) {
+std::map<std::string, double> counters(double runq_per_core) {
   std::map<std::string, double> c;
   for (const std::string& n : counter_names()) c[n] = 0.5;
-  c["procs_running"] = procs_running;
+  c["runq_per_core"] = runq_per_core;
   return c;
 }
 

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/check.h"
 #include "parallel/dynpipe/repartition.h"
+#include "parallel/dynpipe/slowdown_features.h"
 #include "parallel/dynpipe/slowdown_model.h"
 
 namespace strata::parallel::dynpipe {
@@ -244,15 +246,16 @@ TEST(DynPipeRepartition, BadInputIsNamed) {
 
 TEST(DynPipeRepartition, ForestPredictsEachCandidateStagesSlowdown) {
   if (!forest_available()) GTEST_SKIP() << "built with -DSTRATA_WITH_XGBOOST=OFF";
-  // slowdown = 1 + 2 x cpu_util_mean, whatever the layer.
+  // Feature set kFeatureSet; slowdown = 1 + 2 x cpu_util_mean, whatever the layer.
   SlowdownData d;
-  d.features = {"layer_solo_ms", "cpu_util_mean"};
+  d.features = slowdown_features();
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> u(0, 1), t(0.5, 5);
   for (int i = 0; i < 400; ++i) {
     const double util = u(rng);
-    d.x.push_back(static_cast<float>(t(rng)));
-    d.x.push_back(static_cast<float>(util));
+    for (size_t k = 0; k < d.features.size(); ++k) {
+      d.x.push_back(static_cast<float>(k == 0 ? t(rng) : k == 4 ? util : 0.5));
+    }
     d.y.push_back(static_cast<float>(1 + 2 * util));
   }
   ForestOptions fo;
@@ -260,16 +263,22 @@ TEST(DynPipeRepartition, ForestPredictsEachCandidateStagesSlowdown) {
   fo.threads = 1;
   const ForestModel forest = ForestModel::fit(d, fo);
   const auto layers = layers_of(std::vector<double>(8, 1.0));
-  const SlowdownFn fn =
-      make_forest_slowdown(forest, layers, {{{"cpu_util_mean", 0.0}}, {{"cpu_util_mean", 1.0}}});
+  std::map<std::string, double> idle, busy;
+  for (const std::string& n : counter_names()) idle[n] = busy[n] = 0.5;
+  idle["cpu_util_mean"] = 0.0;
+  busy["cpu_util_mean"] = 1.0;
+  const SlowdownFn fn = make_forest_slowdown(forest, layers, {idle, busy});
   EXPECT_NEAR(fn(0, {0, 4}), 1.0, 0.15);
   EXPECT_NEAR(fn(1, {4, 8}), 3.0, 0.15);
   const Proposal p = propose(cuts({4, 4}), layers, fn, {});
   EXPECT_TRUE(p.changed);
   EXPECT_EQ(p.partition, cuts({6, 2}));
+  busy.erase("runq_per_core");
   EXPECT_NE(throws_message([&] {
-              make_forest_slowdown(forest, layers, {{{"procs_running", 1}}});
-            }).find("feature 'cpu_util_mean' is neither a layer's nor among rank 0's counters"),
+              make_forest_slowdown(forest, layers, {idle, busy});
+            })
+                .find("the counter 'runq_per_core' of feature set strata-cpu-2 is not among "
+                      "rank 1's counters"),
             std::string::npos);
 }
 

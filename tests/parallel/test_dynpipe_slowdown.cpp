@@ -169,7 +169,7 @@ TEST(DynPipeSlowdown, ForestFileRoundTripsWithItsFeatureSet) {
                     ForestModel::load(path, {"x0", "x1", "x2", "cpu"});
                   }),
                   "slowdown model '" + path +
-                      "' was trained on another feature set: 4 features (x0,x1,x2,x3), "
+                      "' was trained on another feature set: 'custom', 4 features (x0,x1,x2,x3), "
                       "expected 4 (x0,x1,x2,cpu); the file lacks cpu; the file has extra x3");
   expect_contains(throws_message([&] {
                     ForestModel::load(path, {"x1", "x0", "x2", "x3"});

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -61,6 +62,47 @@ std::string plan_command(const std::string& profile) {
          profile;
 }
 
+const char* kColocationHeader =
+    "layer,rank,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,layer_activation_bytes,"
+    "cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s,load_threads,"
+    "load_duty,load_memory,load_rank,colocated_ms,layer_slowdown,slowdown";
+
+// The rows of a co-location CSV: as many solo rows as loaded per rank (a solo window before
+// each loaded one and after the last), a layer's ratio colocated / solo, and the target the
+// rank's window's sum of colocated over the sum of solo (a stage's slowdown), on each of its
+// rows. Returns the ranks seen.
+std::set<std::string> check_rows(const std::vector<std::string>& lines, size_t windows) {
+  EXPECT_EQ(lines.at(0), kColocationHeader);
+  std::set<std::string> ranks, window_ids;
+  std::map<std::string, std::vector<double>> sums;  // rank/window: solo, colocated, target
+  size_t loaded = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::stringstream row(lines[i]);
+    std::vector<std::string> cells;
+    std::string cell;
+    while (std::getline(row, cell, ',')) cells.push_back(cell);
+    EXPECT_EQ(cells.size(), 19u) << lines[i];
+    if (cells.size() != 19u) continue;
+    ranks.insert(cells[1]);
+    window_ids.insert(cells[2]);
+    const bool solo = cells[12] == "0";
+    if (!solo) ++loaded;
+    EXPECT_EQ(cells[15] == "-1", solo) << lines[i];  // load_rank
+    EXPECT_GT(std::stod(cells[3]), 0.0) << lines[i];
+    EXPECT_NEAR(std::stod(cells[17]), std::stod(cells[16]) / std::stod(cells[3]), 1e-4) << lines[i];
+    std::vector<double>& s = sums[cells[1] + "/" + cells[2]];
+    s.resize(3, 0.0);
+    s[0] += std::stod(cells[3]);
+    s[1] += std::stod(cells[16]);
+    s[2] = std::stod(cells[18]);
+  }
+  for (const auto& [key, s] : sums) EXPECT_NEAR(s[2], s[1] / s[0], 1e-4 * s[2]) << key;
+  EXPECT_EQ(window_ids.size(), windows);
+  // windows = 2 x loaded + 1: the loaded rows are (windows - 1) / 2 of every windows' rows.
+  EXPECT_EQ(loaded * windows, (lines.size() - 1) * (windows - 1) / 2);
+  return ranks;
+}
+
 TEST(SlowdownCli, ColocationProfileWritesTheDataSet) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_slowdown_cli_profile");
   const std::string csv = dir + "/colocation.csv";
@@ -69,63 +111,90 @@ TEST(SlowdownCli, ColocationProfileWritesTheDataSet) {
       "--steps 1 --threads 1 --colocation-samples 2 --load-threads 2 --colocation-output " +
       csv);
   ASSERT_EQ(r.status, 0) << r.output;
-  expect_all(r.output, {"co-location profile of", "steps per window", "wrote " + csv});
+  expect_all(r.output, {"co-location profile of", "steps per window", "wrote " + csv,
+                        "feature set strata-cpu-2 (5 windows"});
   const std::vector<std::string> lines = lines_of(csv);
   ASSERT_GE(lines.size(), 2u);
-  EXPECT_EQ(lines[0],
-            "layer,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,"
-            "layer_activation_bytes,load_threads,load_duty,load_memory,cpu_util_mean,cpu_util_max,"
-            "procs_running,ctxt_per_s,voluntary_cs_per_s,involuntary_cs_per_s,colocated_ms,"
-            "slowdown");
-  // Windows: solo, 2 loaded, solo; one row per layer of non-zero time in each.
-  std::set<std::string> windows;
-  size_t loaded = 0;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    std::stringstream row(lines[i]);
-    std::vector<std::string> cells;
-    std::string cell;
-    while (std::getline(row, cell, ',')) cells.push_back(cell);
-    ASSERT_EQ(cells.size(), 17u) << lines[i];
-    windows.insert(cells[1]);
-    if (cells[6] != "0") ++loaded;
-    EXPECT_GT(std::stod(cells[2]), 0.0) << lines[i];
-    EXPECT_NEAR(std::stod(cells[16]), std::stod(cells[15]) / std::stod(cells[2]), 1e-4) << lines[i];
-  }
-  EXPECT_EQ(windows.size(), 4u);
-  EXPECT_EQ(loaded * 2, lines.size() - 1);  // half of the rows are loaded windows'
+  EXPECT_EQ(check_rows(lines, 5), std::set<std::string>{"0"});
+  // Under an emulated device, as strata train --inject runs it.
+  const std::string emulated = dir + "/emulated.csv";
+  const auto e = run_cli(
+      "profile --colocation --model cnn --size tiny --dataset synthetic-images --batch-size 8 "
+      "--steps 1 --threads 1 --colocation-samples 1 --load-threads 1 --inject "
+      "kind=device,factor=4 --colocation-output " +
+      emulated);
+  ASSERT_EQ(e.status, 0) << e.output;
+  expect_all(e.output, {"emulated device kind=device,factor=4", "wrote " + emulated});
+  check_rows(lines_of(emulated), 3);
   // Bad input named by its flag.
   const std::string base =
       "profile --colocation --model cnn --size tiny --dataset synthetic-images --steps 1 ";
   EXPECT_TRUE(contains(run_cli(base).output, "--colocation needs --colocation-output"));
   EXPECT_TRUE(contains(run_cli(base + "--colocation-samples 0 --colocation-output x.csv").output,
                        "--colocation-samples must be 1 to 10000, got 0"));
+  EXPECT_TRUE(contains(
+      run_cli(base + "--colocation-output " + dir + "/x.csv --inject kind=slow,factor=2").output,
+      "profile --colocation --inject \"kind=slow,factor=2\": only one "
+      "kind=device spec"));
   EXPECT_TRUE(contains(run_cli("profile --model cnn --size tiny --dataset synthetic-images "
                                "--colocation-output x.csv")
                            .output,
                        "are flags of --colocation"));
 }
 
+#ifdef STRATA_MPIEXEC
+// Under mpirun every rank profiles at once, a loaded window's load in one rank's process, and
+// rank 0 writes every rank's rows.
+TEST(SlowdownCli, ColocationProfileOnMpiRanks) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_slowdown_cli_mpi");
+  const std::string csv = dir + "/colocation.csv";
+  const std::string cmd =
+      std::string(
+          "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+          "OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 ") +
+      STRATA_MPIEXEC + " --oversubscribe -np 2 " + STRATA_CLI_PATH +
+      " profile --colocation --model cnn --size tiny --dataset synthetic-images --batch-size 8 "
+      "--steps 1 --threads 1 --colocation-samples 2 --load-threads 1 --inject "
+      "kind=device,factor=4 --colocation-output " +
+      csv + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << output;
+  expect_all(output, {"2 ranks", "x 2 ranks", "wrote " + csv});
+  EXPECT_EQ(check_rows(lines_of(csv), 5), (std::set<std::string>{"0", "1"}));
+}
+#endif
+
 TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_slowdown_cli_fit");
   const std::string csv = dir + "/synthetic.csv";
   {
     std::ofstream out(csv);
-    out << "layer,cpu_util_mean,procs_running,layer_solo_ms,slowdown\n";
+    out << "layer,layer_solo_ms,layer_param_bytes,layer_output_bytes,layer_activation_bytes,"
+           "cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s,"
+           "slowdown\n";
     std::mt19937 rng(1);
     std::uniform_real_distribution<double> u(0, 1);
     for (int i = 0; i < 800; ++i) {
       const double util = u(rng), runq = 4 * u(rng), solo = u(rng);
-      // Slow only past a run queue of 2 (the cores are taken), more for short layers.
+      // Slow only past a run queue of 2 per core, more for short layers.
       const double y = 1 + (runq > 2 ? (runq - 2) * (1.5 - solo) : 0.0) + 0.3 * util * util;
-      out << "l" << i << "," << util << "," << runq << "," << solo << "," << y << "\n";
+      out << "l" << i << "," << solo << "," << 1e5 * u(rng) << "," << 1e3 * u(rng) << ","
+          << 1e3 * u(rng) << "," << util << "," << u(rng) << "," << runq << "," << u(rng) << ","
+          << 10 * u(rng) << "," << y << "\n";
     }
   }
   const std::string model = dir + "/forest.json";
   const auto r =
       run_cli("fit-slowdown --data " + csv + " --out " + model + " --seed 3 --threads 1");
   ASSERT_EQ(r.status, 0) << r.output;
-  expect_all(r.output, {"800 rows, 3 features (cpu_util_mean,procs_running,layer_solo_ms)",
+  expect_all(r.output, {"800 rows, 9 features (strata-cpu-2: layer_solo_ms,layer_param_bytes,",
                         "held out 160 rows", "forest: 128 trees", "wrote " + model,
+                        "weighted by layer_solo_ms (as a stage's slowdown): MAE forest ",
                         "random forest (XGBoost)", "linear regression (least squares)"});
   const size_t at = r.output.find("forest MAE / linear MAE = ");
   ASSERT_NE(at, std::string::npos) << r.output;
@@ -135,8 +204,10 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
 
   // A plan with the forest: rank 1's counters say its cores are taken.
   const std::string counters = dir + "/counters.json";
-  std::ofstream(counters)
-      << R"([{"cpu_util_mean": 0.3, "procs_running": 1.0}, {"cpu_util_mean": 1.0, "procs_running": 4.0}])";
+  std::ofstream(counters) << R"([{"cpu_util_mean": 0.3, "cpu_util_max": 0.5, "runq_per_core": 1.0,)"
+                          << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0},)"
+                          << R"( {"cpu_util_mean": 1.0, "cpu_util_max": 0.5, "runq_per_core": 4.0,)"
+                          << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0}])";
   const auto p = run_cli(plan_command(write_profile(dir)) + " --slowdown-model " + model +
                          " --rank-counters " + counters);
   ASSERT_EQ(p.status, 0) << p.output;
@@ -163,8 +234,21 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   const auto partial = run_cli(plan_command(dir + "/uniform.json") + " --slowdown-model " + model +
                                " --rank-counters " + dir + "/partial.json");
   EXPECT_TRUE(contains(partial.output,
-                       "feature 'procs_running' is neither a layer's nor among rank 0's counters"))
+                       "the counter 'cpu_util_max' of feature set strata-cpu-2 is not among rank "
+                       "0's counters"))
       << partial.output;
+  // A forest of other columns (--features) is for study: plan refuses it by what differs.
+  const auto custom = run_cli("fit-slowdown --data " + csv + " --out " + dir +
+                              "/custom.json --threads 1 --trees 4 --features "
+                              "layer_solo_ms,runq_per_core");
+  ASSERT_EQ(custom.status, 0) << custom.output;
+  EXPECT_TRUE(contains(custom.output, "2 features (custom: layer_solo_ms,runq_per_core)"))
+      << custom.output;
+  const auto foreign = run_cli(plan_command(dir + "/uniform.json") + " --slowdown-model " + dir +
+                               "/custom.json --rank-counters " + counters);
+  EXPECT_EQ(foreign.status, 1);
+  EXPECT_TRUE(contains(foreign.output, "was trained on another feature set: 'custom', 2 features"))
+      << foreign.output;
   const auto other = run_cli("fit-slowdown --data " + csv + " --out " + dir +
                              "/other.json --features cpu_util_mean,missing_column");
   EXPECT_TRUE(contains(other.output, "has no column 'missing_column'")) << other.output;

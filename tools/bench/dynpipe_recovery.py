@@ -28,6 +28,11 @@ the contiguous 4-stage partition of their medians with the least slowest stage i
 policy gains only by reacting to the slowdown (the "none" row shows what moving costs or gains
 without one).
 
+--systems picks the systems (default all: static,pipedream-re,dynpipe-no-rf,dynpipe). After the
+table, for every dynpipe run, the forest's predicted slowdown of each stage beside the slowdown
+the stage measured at each decision (from the decision records: the forest's own prediction,
+before the measured floor of parallel/dynpipe/policy.h), and their mean absolute difference.
+
 Per system: the median seconds per step over the steps after --settle steps past the slowdown's
 start, the time (s) and step at which the mean loss of the last --loss-window steps first falls
 to --target-loss, and the moves made; medians of --repeats interleaved runs.
@@ -37,6 +42,7 @@ to --target-loss, and the moves made; medians of --repeats interleaved runs.
 """
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -60,6 +66,22 @@ def time_to_loss(records, target, window):
         if mean <= target:
             return train[i]["elapsed_s"], train[i]["step"]
     return None, None
+
+
+PREDICTED = re.compile(r"predicted slowdowns ([-0-9.e+,]+), measured ([-0-9.e+,]+)")
+
+
+def forest_vs_measured(records):
+    """Per decision of a dynpipe run: (step, predicted per stage, measured per stage)."""
+    out = []
+    for r in records:
+        if r["type"] != "repartition":
+            continue
+        m = PREDICTED.search(r.get("reason", ""))
+        if m:
+            out.append((r["step"], [float(x) for x in m.group(1).split(",")],
+                        [float(x) for x in m.group(2).split(",")]))
+    return out
 
 
 def main():
@@ -91,6 +113,8 @@ def main():
     ap.add_argument("--train-samples", type=int, default=16384)
     ap.add_argument("--workloads", default="none,slow:3,slow:8,load",
                     help="none, slow[:FACTOR], load")
+    ap.add_argument("--systems", default="static,pipedream-re,dynpipe-no-rf,dynpipe",
+                    help="the systems to run (static, pipedream-re, dynpipe-no-rf, dynpipe)")
     a = ap.parse_args()
     prefix, local = launcher(a.ranks, 4)
     common = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
@@ -112,7 +136,7 @@ def main():
             return ("load (rank %d, %d threads)" % (r, a.threads),
                     "rank=%d,from=%d,kind=load,threads=%d" % (r, f, a.threads))
         sys.exit("unknown workload " + key)
-    systems = [
+    all_systems = [
         ("static async-1f1b", []),
         ("PipeDream-Re", ["--repartition", "pipedream-re", "--repartition-every",
                           str(a.epoch_steps), "--migration", "restart"]),
@@ -121,6 +145,13 @@ def main():
         ("dynpipe", ["--repartition", "dynpipe", "--repartition-every", str(a.every),
                      "--migration", "restart", "--slowdown-model", a.model]),
     ]
+    keys = ["static", "pipedream-re", "dynpipe-no-rf", "dynpipe"]
+    chosen = a.systems.split(",")
+    for c in chosen:
+        if c not in keys:
+            sys.exit("--systems: unknown system %s (valid: %s)" % (c, ", ".join(keys)))
+    systems = [s for k, s in zip(keys, all_systems) if k in chosen]
+    decisions = []  # (mode, workload, repeat, forest_vs_measured)
     tmp = tempfile.mkdtemp(prefix="dynpipe_recovery_")
     for mode in a.modes.split(","):
         device, partition = start_mode(a, mode, common, prefix, NAMES, 4, tmp)
@@ -153,17 +184,35 @@ def main():
                     moves = [m for m in recs if m["type"] == "migration"]
                     res[sname]["moves"] = max(res[sname]["moves"], len(moves))
                     res[sname]["final"] = moves[-1]["partition"] if moves else "(no move)"
+                    if sname == "dynpipe":
+                        decisions.append((mode, name, rep, forest_vs_measured(recs)))
             static = statistics.median(res[systems[0][0]]["step"])
             for sname, _ in systems:
                 s = res[sname]
                 step = statistics.median(s["step"])
                 ttl = statistics.median(s["ttl"])
                 print("| %s | %s | %.4f | %+.0f%% | %s | %s | %d | %s |"
-                      % (name, sname, step, 100 * (step / static - 1),
+                      % (name, sname, step, 100 * (step / static - 1) if systems[0][0] ==
+                         "static async-1f1b" else float("nan"),
                          "%.2f" % ttl if ttl != float("inf") else "not reached",
                          "/".join(str(x) for x in s["ttl_step"]), s["moves"], s["final"]),
                       flush=True)
         print("\nload average at end: %s\n" % loadavg(), flush=True)
+    if decisions:
+        print("dynpipe's forest against the measurement, per decision (stage slowdowns)\n")
+        print("| mode | workload | run | step | forest predicted | measured | mean abs diff |")
+        print("|---|---|---|---|---|---|---|")
+        diffs = []
+        for mode, name, rep, rows in decisions:
+            for step, pred, meas in rows:
+                d = sum(abs(p - m) for p, m in zip(pred, meas)) / len(pred)
+                diffs.append(d)
+                print("| %s | %s | %d | %d | %s | %s | %.2f |"
+                      % (mode, name, rep, step, ", ".join("%.2f" % p for p in pred),
+                         ", ".join("%.2f" % m for m in meas), d))
+        if diffs:
+            print("\nmean abs diff over %d decisions: %.2f (median %.2f)"
+                  % (len(diffs), sum(diffs) / len(diffs), statistics.median(diffs)))
 
 
 if __name__ == "__main__":

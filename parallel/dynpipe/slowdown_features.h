@@ -1,0 +1,46 @@
+// The slowdown model's feature set, defined once: `strata profile --colocation` writes its rows
+// with slowdown_feature_row and the trainer's dynpipe policy predicts from rows built by the same
+// function (make_forest_slowdown), so that a profile row and a monitor row of the same situation
+// are the same numbers. A model file records the set's name and columns (slowdown_model.h); a
+// file of another set is refused naming what differs.
+//
+// Set kFeatureSet ("strata-cpu-2"), in column order:
+//   layer_solo_ms           the layer's forward + backward ms per sample alone (in training: the
+//                           least it measured per step so far; under an emulated device, its
+//                           emulated time)
+//   layer_param_bytes, layer_output_bytes (per sample), layer_activation_bytes (per sample)
+//   then the CPU counters of colocation.h (counter_names(): cpu_util_mean, cpu_util_max,
+//   runq_per_core, run_delay_per_cpu_s, preempt_per_cpu_s), normalized there.
+// "strata-cpu-1" (before) had the machine's raw run queue, context switches per second and the
+// process's voluntary and involuntary switches per second: values of a busy machine that a
+// quieter one (or a rank that sleeps) never showed.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parallel/dynpipe/colocation.h"
+
+namespace strata::parallel::dynpipe {
+
+inline constexpr const char* kFeatureSet = "strata-cpu-2";
+
+// What a layer contributes to its rows.
+struct LayerFeatures {
+  double solo_ms = 0.0;  // forward + backward, per sample
+  double param_bytes = 0.0;
+  double output_bytes = 0.0;      // per sample
+  double activation_bytes = 0.0;  // per sample
+};
+
+// The set's column names, in order.
+std::vector<std::string> slowdown_features();
+// One row of the set: the layer's features, then the counters'.
+std::vector<double> slowdown_feature_row(const LayerFeatures& layer, const CpuCounters& counters);
+// Counters by name (a monitor sample's counter map, a stage's mean): every name of
+// counter_names() must be there; throws strata::Error naming a missing one and `whose`.
+CpuCounters counters_from_map(const std::map<std::string, double>& counters,
+                              const std::string& whose);
+
+}  // namespace strata::parallel::dynpipe
