@@ -149,10 +149,7 @@ TEST(SlowdownCli, ColocationProfileOnMpiRanks) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_slowdown_cli_mpi");
   const std::string csv = dir + "/colocation.csv";
   const std::string cmd =
-      std::string(
-          "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-          "OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 ") +
-      STRATA_MPIEXEC + " --oversubscribe -np 2 " + STRATA_CLI_PATH +
+      strata::testing::mpirun(2) + " " + STRATA_CLI_PATH +
       " profile --colocation --model cnn --size tiny --dataset synthetic-images --batch-size 8 "
       "--steps 1 --threads 1 --colocation-samples 2 --load-threads 1 --inject "
       "kind=device,factor=4 --colocation-output " +
