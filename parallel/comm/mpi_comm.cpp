@@ -21,6 +21,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -181,6 +182,16 @@ class Buffers {
   std::vector<std::pair<void*, Tensor>> copy_back_;
 };
 
+// Buffers of sends and collectives given up after a timeout or another failure: MPI may still
+// read or write them, so they live until the process ends, held here (reachable, so the leak
+// checker does not report them as lost).
+void abandon(Buffers buffers) {
+  static std::mutex* mutex = new std::mutex;
+  static auto* abandoned = new std::vector<std::unique_ptr<Buffers>>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  abandoned->push_back(std::make_unique<Buffers>(std::move(buffers)));
+}
+
 class MpiRequest final : public Request {
  public:
   // `expected_bytes` >= 0 for receives: the byte count the message must have.
@@ -200,9 +211,10 @@ class MpiRequest final : public Request {
       return;
     }
     // A send or a collective cannot be withdrawn and MPI may still read or write its buffers:
-    // they are leaked on purpose (this only happens after a timeout or another failure).
+    // they are kept to the end of the process (this only happens after a timeout or another
+    // failure).
     MPI_Request_free(&request_);
-    new Buffers(std::move(buffers_));
+    abandon(std::move(buffers_));
   }
 
   bool test() override {
