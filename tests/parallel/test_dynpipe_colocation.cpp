@@ -12,18 +12,12 @@
 
 #include "engine/check.h"
 #include "parallel/dynpipe/colocation.h"
+#include "parallel/dynpipe_test_util.h"
 
 namespace strata::parallel::dynpipe {
 namespace {
 
-std::string throws_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
+using testing::throws_message;
 
 TEST(DynPipeColocation, SnapshotReadsEveryCoreAndTheRunQueue) {
   const CpuSnapshot s = read_cpu_snapshot();

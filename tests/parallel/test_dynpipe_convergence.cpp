@@ -12,20 +12,14 @@
 
 #include "engine/check.h"
 #include "parallel/dynpipe/convergence.h"
+#include "parallel/dynpipe_test_util.h"
 
 namespace strata::parallel::dynpipe {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using testing::throws_message;
 
-std::string throws_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // SGD on f(w) = 1/2 w^T A w (gradient A w) from a random start, with noise added to the steps
 // so that they point anywhere: the weights and the gradients at them.

@@ -13,9 +13,12 @@
 
 #include "engine/check.h"
 #include "parallel/dynpipe/cost_model.h"
+#include "parallel/dynpipe_test_util.h"
 
 namespace strata::parallel::dynpipe {
 namespace {
+
+using testing::throws_message;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -28,15 +31,6 @@ LayerCost layer(const std::string& name, double fwd, double bwd, double out = 0.
   c.output_bytes = out;
   c.param_bytes = params;
   return c;
-}
-
-std::string throws_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
 }
 
 TEST(DynPipeCost, Eq4CasesOfThePaperNote) {

@@ -18,25 +18,13 @@
 #include "parallel/dynpipe/repartition.h"
 #include "parallel/dynpipe/slowdown_features.h"
 #include "parallel/dynpipe/slowdown_model.h"
+#include "parallel/dynpipe_test_util.h"
 
 namespace strata::parallel::dynpipe {
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-std::string throws_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
+using testing::fresh_dir;
+using testing::throws_message;
 
 // Two readings of a window in which the process waited 0.8 s for a core per CPU second.
 void window(CpuSnapshot* a, CpuSnapshot* b) {

@@ -20,16 +20,12 @@
 #include "parallel/dynpipe/monitor.h"
 #include "parallel/dynpipe/policy.h"
 #include "parallel/dynpipe/slowdown_model.h"
+#include "parallel/dynpipe_test_util.h"
 
 namespace strata::parallel::dynpipe {
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+using testing::fresh_dir;
 
 // Four layers on two stages, measured at `seconds` per step; 8 samples a step.
 RepartitionInput window(const std::vector<double>& seconds,

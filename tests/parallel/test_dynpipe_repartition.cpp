@@ -15,18 +15,12 @@
 #include "parallel/dynpipe/repartition.h"
 #include "parallel/dynpipe/slowdown_features.h"
 #include "parallel/dynpipe/slowdown_model.h"
+#include "parallel/dynpipe_test_util.h"
 
 namespace strata::parallel::dynpipe {
 namespace {
 
-std::string throws_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
+using testing::throws_message;
 
 // Layers of forward f and backward 2f ms per sample, outputs of `bytes` per sample.
 std::vector<LayerCost> layers_of(const std::vector<double>& forward, double bytes = 0.0) {

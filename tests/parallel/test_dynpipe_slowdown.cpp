@@ -16,27 +16,15 @@
 #include <unistd.h>
 #include "engine/check.h"
 #include "parallel/dynpipe/slowdown_model.h"
+#include "parallel/dynpipe_test_util.h"
 
 namespace strata::parallel::dynpipe {
 namespace {
 
-std::string throws_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
+using testing::fresh_dir;
+using testing::throws_message;
 
 // An empty directory of its own under the test's temporary directory.
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
 }
