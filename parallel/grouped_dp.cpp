@@ -21,8 +21,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Multiplies an f32/f64 tensor by `factor` in place (a device tensor through a host copy: these
-// are the few normalization statistics, once per step).
+}  // namespace
+
 void scale_in_place(const Tensor& t, double factor) {
   if (!t.device().is_cpu()) {
     Tensor h = to_allocator(t, default_cpu_allocator());
@@ -39,8 +39,6 @@ void scale_in_place(const Tensor& t, double factor) {
     for (int64_t i = 0; i < t.numel(); ++i) p[i] *= factor;
   }
 }
-
-}  // namespace
 
 void check_grad_sync(const GradSyncConfig& config) {
   STRATA_CHECK(std::isfinite(config.bucket_mb) && config.bucket_mb >= 0)

@@ -65,6 +65,10 @@ namespace strata::parallel {
 
 class Trace;
 
+// Multiplies an f32/f64 tensor by `factor` in place, each element in double (a device tensor
+// through a host copy: the few normalization statistics a step averages over the groups).
+void scale_in_place(const Tensor& t, double factor);
+
 struct GradSyncConfig {
   bool overlap = true;      // launch each bucket after its last backward (false: after all)
   double bucket_mb = 25.0;  // MiB per bucket; 0 = one bucket per stage

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/check.h"
+#include "parallel/grouped_dp.h"
 #include "parallel/runtime/live_protocol.h"
 
 namespace strata::parallel {
@@ -381,16 +382,11 @@ void LiveStage::reduce_over_groups(Block& b, int64_t step) {
   b.store->grads().copy_from(grads);
   const Tensor& buffers = b.store->buffers();
   if (!buffers.defined() || buffers.numel() == 0) return;
-  // x 1/G in double, as GroupedDp averages the core's statistics (float32, host memory: the
-  // migration runs on CPU ranks only).
-  STRATA_CHECK(buffers.dtype() == DType::kF32 && buffers.device().is_cpu())
-      << what << ": the statistics must be float32 in host memory";
+  // The sum x 1/G, as GroupedDp averages the stage's own statistics.
   Tensor sum = buffers.clone();
   dp_->all_reduce(sum)->wait(dp_->timeout(), what + " (running statistics)");
-  const double factor = 1.0 / static_cast<double>(dp_->size());
-  const float* in = sum.data<float>();
-  float* out = buffers.data<float>();
-  for (int64_t i = 0; i < buffers.numel(); ++i) out[i] = static_cast<float>(in[i] * factor);
+  buffers.copy_from(sum);
+  scale_in_place(buffers, 1.0 / static_cast<double>(dp_->size()));
 }
 
 double LiveStage::update(int64_t step) {
