@@ -373,6 +373,7 @@ TrainSummary Trainer::run() {
          config_.seed, [&, first = start_step_](int64_t u) { return meets_after(first + u); }});
   }
   Injector injector(pipeline_.inject, rank_, world_ != nullptr ? world_->size() : 1, config_.seed);
+  injector.set_device(ctx_.device());
   std::vector<std::string> layer_names;
   for (size_t i = 0; i < model_->size(); ++i) layer_names.push_back(model_->layer(i).name());
   injector.set_layer_names(layer_names);

@@ -288,23 +288,25 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--ssp-staleness", o.ssp_staleness,
                   "ps-ssp: a replica pulls the weights of its clock c once the slowest replica of "
                   "its stage has pushed clock c - s");
-  cmd->add_option("--inject", o.inject,
-                  "Slowdowns for experiments: specs separated by ';', e.g. "
-                  "\"kind=straggler,p=0.1,delay=0.3\" (each rank sleeps 0.3 s with probability "
-                  "0.1 before each forward and backward, seeded; op=iteration: once per step, "
-                  "op=forward|backward: only those) or \"kind=trace,file=F\" (replay "
-                  "per-rank speed over time: lines 'rank seconds fraction'), "
-                  "\"kind=load,threads=2\" (threads spinning beside the rank), "
-                  "\"kind=slow,factor=2\" (each layer's forward and backward take twice as "
-                  "long: a sleep), \"kind=grow,layers=h.0-h.3,factor=2\" (those layers' "
-                  "compute grows, wherever they are) or \"kind=device,factor=8\" (an emulated "
-                  "device: each layer lasts 8 x its CPU time, so ranks sharing few cores act "
-                  "like devices of their own); factors multiply (device 8 and slow 3 on a rank: "
-                  "24 x the CPU time; on an emulated device a load of N threads adds a factor "
-                  "N + 1); \"rank=1,kind=fail,how=stall|exit,at=step|migration\" (MPI ranks: the "
-                  "rank stalls or exits at step from=, or at the move between steps, to test "
-                  "how the others end); keys rank=, from=, to= (steps from 1) limit where it "
-                  "applies");
+  cmd->add_option(
+      "--inject", o.inject,
+      "Slowdowns for experiments: specs separated by ';', e.g. "
+      "\"kind=straggler,p=0.1,delay=0.3\" (each rank sleeps 0.3 s with probability "
+      "0.1 before each forward and backward, seeded; op=iteration: once per step, "
+      "op=forward|backward: only those) or \"kind=trace,file=F\" (replay "
+      "per-rank speed over time: lines 'rank seconds fraction'), "
+      "\"kind=load,threads=2\" (threads spinning beside the rank; on a rank that trains on "
+      "a GPU, streams=N of stress kernels on its GPU instead), "
+      "\"kind=slow,factor=2\" (each layer's forward and backward take twice as "
+      "long: a sleep), \"kind=grow,layers=h.0-h.3,factor=2\" (those layers' "
+      "compute grows, wherever they are) or \"kind=device,factor=8\" (an emulated "
+      "device: each layer lasts 8 x its CPU time, so ranks sharing few cores act "
+      "like devices of their own); factors multiply (device 8 and slow 3 on a rank: "
+      "24 x the CPU time; on an emulated device a load of N threads adds a factor "
+      "N + 1); \"rank=1,kind=fail,how=stall|exit,at=step|migration\" (MPI ranks: the "
+      "rank stalls or exits at step from=, or at the move between steps, to test "
+      "how the others end); keys rank=, from=, to= (steps from 1) limit where it "
+      "applies");
   cmd->add_flag("--local", o.local, "Run the G x S ranks as threads of this process");
   cmd->add_option("--comm", o.comm,
                   "What carries tensors between MPI processes: nccl (CUDA tensors over NCCL, host "

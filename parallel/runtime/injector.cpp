@@ -32,7 +32,7 @@ const std::vector<KindKeys>& kinds() {
   static const std::vector<KindKeys> k = {
       {"straggler", {"p", "delay", "seed", "op"}},
       {"trace", {"file"}},
-      {"load", {"threads"}},
+      {"load", {"threads", "target", "streams"}},
       {"slow", {"factor"}},
       {"grow", {"layers", "factor"}},
       {"device", {"factor"}},
@@ -167,6 +167,18 @@ std::vector<InjectSpec> parse_inject(const std::string& text) {
         STRATA_CHECK(t >= 1 && t <= 256)
             << "--inject \"" << spec_text << "\": threads must be in 1..256, got " << t;
       }
+      const std::string target = spec.string("target", "auto");
+      STRATA_CHECK(target == "auto" || target == "cpu" || target == "gpu")
+          << "--inject \"" << spec_text << "\": target must be cpu, gpu or auto, got " << target;
+      STRATA_CHECK(!spec.has("streams") || target != "cpu")
+          << "--inject \"" << spec_text << "\": streams= is the GPU load's (target=gpu)";
+      STRATA_CHECK(!spec.has("threads") || target != "gpu")
+          << "--inject \"" << spec_text << "\": threads= is the CPU load's (target=cpu)";
+      if (spec.has("streams")) {
+        const int64_t n = parse_int(spec, "streams");
+        STRATA_CHECK(n >= 1 && n <= 16)
+            << "--inject \"" << spec_text << "\": streams must be in 1..16, got " << n;
+      }
     } else if (spec.kind == "slow" || spec.kind == "grow" || spec.kind == "device") {
       STRATA_CHECK(spec.kind == "grow" || spec.has("factor"))
           << "--inject \"" << spec_text << "\": kind=" << spec.kind << " needs factor=";
@@ -278,6 +290,7 @@ Injector::Injector(const std::vector<InjectSpec>& specs, int rank, int world_siz
     iteration_drawn_.push_back(-1);
     grow_layers_.push_back({0, 0});
     load_threads_.emplace_back();
+    gpu_loads_.emplace_back();
     load_done_.push_back(0);
     has_device_ = has_device_ || s.kind == "device";
     failing_ = failing_ || s.kind == "fail";
@@ -359,7 +372,7 @@ void Injector::after_layer_cpu(size_t layer, bool, int64_t step, double seconds,
       }
     } else if (s.kind == "device") {
       device = s.number("factor", 1.0);
-    } else if (s.kind == "load") {
+    } else if (s.kind == "load" && !load_on_gpu(s)) {
       load = 1.0 + s.number("threads", 1);
     }
   }
@@ -391,15 +404,47 @@ void Injector::after_layer_cpu(size_t layer, bool, int64_t step, double seconds,
   stats_.device_seconds += slept * ((std::log(dev) + std::log(load)) / logs);
 }
 
+bool Injector::load_on_gpu(const InjectSpec& s) const {
+  const std::string target = s.string("target", "auto");
+  return target == "gpu" || (target == "auto" && device_.is_cuda());
+}
+
+void Injector::set_device(Device device) {
+  device_ = device;
+  for (const InjectSpec& s : specs_) {
+    if (s.kind != "load") continue;
+    const bool gpu = load_on_gpu(s);
+    STRATA_CHECK(!gpu || device.is_cuda())
+        << "--inject \"" << s.text << "\": target=gpu, but rank " << rank_ << " runs on "
+        << device.str() << " (a GPU load needs a rank on a GPU)";
+    STRATA_CHECK(gpu || !s.has("streams"))
+        << "--inject \"" << s.text << "\": streams= is the GPU load's, but rank " << rank_
+        << " runs on " << device.str() << " (its load is CPU threads: threads=)";
+    STRATA_CHECK(!gpu || !s.has("threads"))
+        << "--inject \"" << s.text << "\": threads= is the CPU load's, but rank " << rank_
+        << " runs on " << device.str() << " (its load is stress kernels: streams=, or target=cpu)";
+  }
+}
+
 void Injector::update_load(int64_t step) {
   for (size_t i = 0; i < specs_.size(); ++i) {
     const InjectSpec& s = specs_[i];
     if (s.kind != "load") continue;
     std::vector<std::thread>& threads = load_threads_[i];
-    if (s.applies(rank_, step + 1) && threads.empty() && !load_done_[i]) {
-      const int n = static_cast<int>(s.number("threads", 1));
+    const bool running = !threads.empty() || gpu_loads_[i] != nullptr;
+    if (s.applies(rank_, step + 1) && !running && !load_done_[i]) {
       load_stop_ = false;
       load_start_ = std::chrono::steady_clock::now();
+      if (load_on_gpu(s)) {
+        // Another tenant's kernels on the rank's GPU (engine/gpu_stress.h).
+        cuda::GpuStress::Options o;
+        o.device = device_.index;
+        o.streams = static_cast<int>(s.number("streams", 1));
+        gpu_loads_[i] = std::make_unique<cuda::GpuStress>(o);
+        stats_.load_streams = std::max(stats_.load_streams, o.streams);
+        continue;
+      }
+      const int n = static_cast<int>(s.number("threads", 1));
       for (int t = 0; t < n; ++t) {
         threads.emplace_back([this, t] {
           // A co-located load's thread: the monitor's process counters leave it out, as the
@@ -416,7 +461,7 @@ void Injector::update_load(int64_t step) {
         });
       }
       stats_.load_threads = std::max(stats_.load_threads, n);
-    } else if (!threads.empty() && step + 1 > s.to) {
+    } else if (running && step + 1 > s.to) {
       stop_load();
     }
   }
@@ -424,10 +469,20 @@ void Injector::update_load(int64_t step) {
 
 void Injector::stop_load() {
   bool any = false;
-  for (const auto& threads : load_threads_) any = any || !threads.empty();
+  for (size_t i = 0; i < load_threads_.size(); ++i) {
+    any = any || !load_threads_[i].empty() || gpu_loads_[i] != nullptr;
+  }
   if (!any) return;
   load_stop_ = true;
   for (size_t i = 0; i < load_threads_.size(); ++i) {
+    if (gpu_loads_[i] != nullptr) {
+      gpu_loads_[i]->stop();
+      stats_.load_kernels += gpu_loads_[i]->kernels();
+      const std::string error = gpu_loads_[i]->error();
+      gpu_loads_[i].reset();
+      load_done_[i] = 1;
+      STRATA_CHECK(error.empty()) << "--inject \"" << specs_[i].text << "\": " << error;
+    }
     if (load_threads_[i].empty()) continue;
     for (std::thread& t : load_threads_[i]) t.join();
     load_threads_[i].clear();

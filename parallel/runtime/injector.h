@@ -23,12 +23,16 @@
 //              a shared GPU. After each Forward and Backward the rank sleeps (1/fraction - 1) times
 //              the instruction's own duration. '#' starts a comment. A line whose rank is outside
 //              the world or whose time or fraction is out of range is refused, naming the line.
-//   load       threads (default 1). Real co-located load: from step `from` to step `to` the rank
+//   load       threads (default 1), target (cpu|gpu|auto, default auto: the rank's device),
+//              streams (default 1). Real co-located load: from step `from` to step `to` the rank
 //              runs `threads` extra threads that spin on arithmetic and compete for its cores
 //              (started before the rank's first Forward or Backward of step `from`, stopped
 //              after step `to` or at the end of the run). Local ranks share one process and its
 //              cores: on a machine with fewer cores than ranks, the load slows every local rank,
-//              not only the chosen one.
+//              not only the chosen one. On a rank that trains on a GPU (or with target=gpu) the
+//              load is another tenant's kernels on that GPU instead: `streams` host threads each
+//              launch a stress kernel (engine/gpu_stress.h: a pass of multiply-adds over a 64 MiB
+//              buffer) after the last, sharing the SMs and the memory bandwidth with training.
 //   slow       factor (>= 1, required). The rank computes `factor` times slower: after each
 //              layer's forward and backward of a training micro-batch the rank sleeps
 //              (factor - 1) times the layer's measured time (owed per layer and paid once it
@@ -82,6 +86,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/device.h"
+#include "engine/gpu_stress.h"
 #include "parallel/schedule/schedule.h"
 
 namespace strata::parallel {
@@ -133,6 +139,8 @@ class Injector {
     // and device share a layer's sleep in proportion to the logarithms of their factors
     double device_seconds = 0.0;
     int load_threads = 0;       // kind=load: the most load threads running at once
+    int load_streams = 0;       // kind=load on a GPU: the most stress streams running at once
+    int64_t load_kernels = 0;   // kind=load on a GPU: stress kernels run
     double load_seconds = 0.0;  // kind=load: how long load threads ran
   };
   // `specs` from parse_inject; `seed`: the run's seed (for specs without their own). Trace files
@@ -145,6 +153,9 @@ class Injector {
   // kind=grow names layers: resolved against the model's layer names (needed before training
   // when a grow spec is given).
   void set_layer_names(const std::vector<std::string>& names);
+  // The rank's device (before training): kind=load on a GPU rank loads the GPU (target=auto).
+  // A target=gpu load on a rank that runs on the CPU is refused, naming the spec.
+  void set_device(Device device);
   // Whether a kind acts per layer (slow, grow): the executor then calls after_layer.
   bool per_layer() const;
   // After layer `layer`'s training forward or backward of a micro-batch of step `step` (from 0),
@@ -191,7 +202,10 @@ class Injector {
   bool grow_resolved_ = false;
   // kind=load: the running threads, per spec (empty when not running), and when they started.
   void update_load(int64_t step);
+  bool load_on_gpu(const InjectSpec& s) const;  // a kind=load spec's target is the rank's GPU
   std::vector<std::vector<std::thread>> load_threads_;
+  std::vector<std::unique_ptr<cuda::GpuStress>> gpu_loads_;  // per spec: target=gpu, running
+  Device device_;
   std::vector<char> load_done_;  // per spec: started and stopped for good
   std::atomic<bool> load_stop_{false};
   std::atomic<int64_t> load_rounds_{0};

@@ -3,7 +3,8 @@
 // (the kernels sum in other orders; dropout masks are the same Philox stream on both devices).
 // The same tiny GPT-2 as a pipeline of 2 local ranks (threads) on one device gives the losses of
 // the single device. Both again in bf16 and fp16 mixed precision against the CPU's emulation of
-// them. Skips without a GPU.
+// them. Layers moved between the two local ranks on one device during the run (issue 14's GPU
+// check) give bitwise the losses of the run without the move. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -142,6 +143,41 @@ TEST(CudaTraining, TinyGpt2PipelineOfLocalRanksOnOneDeviceMatchesOneRank) {
   const std::vector<double> single = train_losses(Device::cuda(0), g.spec, g.data, 8, one);
   const std::vector<double> piped = train_losses(Device::cuda(0), g.spec, g.data, 8, two);
   expect_same_losses(piped, single, 1e-5);
+}
+
+// Issue 14's GPU check: a --migrate-at move on GPU ranks (2 local ranks on one device, 1f1b and
+// gpipe) gives bitwise the per-step losses of the same run without it: the moved layer's weights,
+// gradients and optimizer state cross between the ranks' stores, the arithmetic is the same.
+void expect_moves_change_no_loss(Device device) {
+  const TinyGpt2 g;
+  const size_t layers = static_cast<size_t>(g.spec.layer_size());
+  for (parallel::ScheduleKind kind :
+       {parallel::ScheduleKind::k1F1B, parallel::ScheduleKind::kGPipe}) {
+    SCOPED_TRACE(parallel::schedule_name(kind));
+    parallel::PipelineConfig plain;
+    plain.micro_batches = 2;
+    plain.stages = 2;
+    plain.schedule = kind;
+    plain.partition = {{0, layers / 2}, {layers / 2, layers}};
+    parallel::PipelineConfig moved = plain;
+    // After step 2 one layer goes down, after step 4 it comes back.
+    moved.migrations = {{2, {{0, layers / 2 + 1}, {layers / 2 + 1, layers}}},
+                        {4, {{0, layers / 2}, {layers / 2, layers}}}};
+    const std::vector<double> a = train_losses(device, g.spec, g.data, 8, plain);
+    const std::vector<double> b = train_losses(device, g.spec, g.data, 8, moved);
+    ASSERT_EQ(a.size(), 6u);
+    EXPECT_EQ(a, b) << "a move on " << device.str() << " changed a loss";
+  }
+}
+
+TEST(CudaTraining, TinyGpt2MigrationOnOneDeviceEqualsTheRunWithout) {
+  STRATA_REQUIRE_CUDA();
+  expect_moves_change_no_loss(Device::cuda(0));
+}
+
+// The same check on CPU ranks, so that the harness itself is tested where there is no GPU.
+TEST(CudaTraining, TinyGpt2MigrationCheckHoldsOnTheCpu) {
+  expect_moves_change_no_loss(Device::cpu());
 }
 
 }  // namespace

@@ -8,7 +8,10 @@
 #include <functional>
 #include <thread>
 
+#include "engine/cuda_runtime.h"
+#include "engine/gpu_stress.h"
 #include "parallel/runtime/injector.h"
+#include "testing/require_gpu.h"
 #include "testing/testing.h"
 
 namespace strata::parallel {
@@ -355,6 +358,75 @@ TEST(Inject, LoadThreadsRunFromTheirStepToTheirLast) {
   Injector other(parse_inject("kind=load,threads=2,rank=0"), 1, 2, 0);
   other.before(OpCode::kForward, 0, 0);
   EXPECT_EQ(other.stats().load_threads, 0);
+}
+
+// kind=load's GPU form: target= and streams= are checked, and a GPU load on a CPU rank is refused
+// before training (Injector::set_device), naming the spec and the rank's device.
+TEST(Inject, GpuLoadKeysAreCheckedAndACpuRankRefusesIt) {
+  expect_error([] { parse_inject("kind=load,target=tpu"); }, {"target must be cpu, gpu or auto"});
+  expect_error([] { parse_inject("kind=load,target=cpu,streams=2"); }, {"streams= is the GPU"});
+  expect_error([] { parse_inject("kind=load,target=gpu,threads=2"); }, {"threads= is the CPU"});
+  expect_error([] { parse_inject("kind=load,streams=0"); }, {"streams must be in 1..16"});
+  EXPECT_EQ(parse_inject("kind=load,target=gpu,streams=3")[0].number("streams", 1), 3);
+  Injector gpu(parse_inject("rank=0,kind=load,target=gpu"), 0, 1, 0);
+  expect_error([&] { gpu.set_device(Device::cpu()); },
+               {"--inject \"rank=0,kind=load,target=gpu\"", "rank 0 runs on cpu"});
+  Injector streams(parse_inject("kind=load,streams=2"), 0, 1, 0);
+  expect_error([&] { streams.set_device(Device::cpu()); },
+               {"streams= is the GPU load's, but rank 0 runs on cpu"});
+  Injector threads(parse_inject("kind=load,threads=2"), 0, 1, 0);
+  expect_error([&] { threads.set_device(Device::cuda(0)); },
+               {"threads= is the CPU load's, but rank 0 runs on cuda:0"});
+  // target=auto on a CPU rank: the CPU threads, as before.
+  Injector cpu(parse_inject("kind=load,threads=1"), 0, 1, 0);
+  cpu.set_device(Device::cpu());
+  cpu.before(OpCode::kForward, 0, 0);
+  EXPECT_EQ(cpu.stats().load_threads, 1);
+  EXPECT_EQ(cpu.stats().load_streams, 0);
+  cpu.stop_load();
+}
+
+// Without a GPU the stress kernel cannot start, and says why.
+TEST(Inject, GpuStressWithoutADeviceIsAnError) {
+  if (strata::testing::why_no_cuda_device().empty()) GTEST_SKIP() << "this machine has a GPU";
+  try {
+    cuda::GpuStress stress(cuda::GpuStress::Options{});
+    ADD_FAILURE() << "a GPU stress started without a device";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(what.find("no CUDA support") != std::string::npos ||
+                what.find("cudaGetDeviceCount") != std::string::npos ||
+                what.find("no device cuda:0") != std::string::npos)
+        << what;
+  }
+}
+
+// On a GPU rank kind=load runs stress kernels on the rank's GPU from its step to its last.
+TEST(Inject, GpuLoadRunsStressKernelsOnTheRanksGpu) {
+  STRATA_REQUIRE_CUDA();
+  Injector injector(parse_inject("kind=load,streams=2,rank=0,from=2,to=2"), 0, 1, 0);
+  injector.set_device(Device::cuda(0));
+  injector.before(OpCode::kForward, 0, 0);  // step 1
+  EXPECT_EQ(injector.stats().load_streams, 0);
+  injector.before(OpCode::kForward, 1, 0);  // step 2: started
+  EXPECT_EQ(injector.stats().load_streams, 2);
+  EXPECT_EQ(injector.stats().load_threads, 0) << "a GPU rank's load spun CPU threads";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  injector.before(OpCode::kForward, 2, 0);  // step 3: past `to`, stopped
+  EXPECT_GT(injector.stats().load_kernels, 0) << "no stress kernel finished in 200 ms";
+  EXPECT_GT(injector.stats().load_seconds, 0.0);
+  cuda::GpuStress::Options o;
+  o.streams = 1;
+  o.bytes = 1 << 20;
+  cuda::GpuStress stress(o);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (stress.kernels() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  stress.stop();
+  stress.stop();  // idempotent
+  EXPECT_GE(stress.kernels(), 3);
+  EXPECT_STREQ(stress.error(), "");
 }
 
 }  // namespace

@@ -21,7 +21,10 @@
 #      GPU fails instead of skipping; each CUDA test's result is listed;
 #   5. benchmarks: `strata bench --device cuda:0` (the op roofline table), GPT-2 124M and
 #      ResNet-50 in bf16 and tf32 (`strata bench --model`), and tools/bench/compare_pytorch.py
-#      (PyTorch eager and torch.compile beside Strata) where torch is importable;
+#      (PyTorch eager and torch.compile beside Strata) where torch is importable, and interference
+#      on the GPU: GPT-2 124M on 2 local ranks of cuda:0, rank 1 loaded by stress kernels
+#      (--inject kind=load, engine/gpu_stress.h) from step 20, static against --repartition vpipe
+#      (samples/s over steps 40-80 of each);
 #   6. one short table of all of it.
 # Exit status: 0 when everything passed, 1 when a step failed, 2 on a bad command line, 3 when
 # there is no usable GPU.
@@ -280,6 +283,22 @@ if [[ $bench == 1 ]]; then
       note "PyTorch comparison" skip "no torch"
     fi
   fi
+  step "interference on the GPU: stress kernels beside rank 1, static vs --repartition vpipe"
+  for mode in none static vpipe; do
+    args=(--model gpt2 --size 124M --dataset synthetic-tokens --seq-len 256 --batch-size 16
+          --micro-batches 4 --stages 2 --local --device cuda:0 --steps 80 --log-every 10
+          --metrics "$out/interference-$mode.jsonl")
+    [[ $mode != none ]] && args+=(--inject "rank=1,from=20,kind=load,streams=2")
+    [[ $mode == vpipe ]] && args+=(--repartition vpipe --repartition-every 10)
+    if "$strata" train "${args[@]}" >"$out/interference-$mode.txt" 2>&1; then
+      rate=$(awk -F'"elapsed_s":' '/"type":"train"/ {split($2, a, ","); t[++n] = a[1]}
+               END { if (n >= 8) printf "%.1f samples/s", 16 * 40 / (t[8] - t[4]) }' \
+               "$out/interference-$mode.jsonl")
+      note "interference $mode" ok "${rate:-?} (steps 40-80)"
+    else
+      note "interference $mode" FAIL "see $out/interference-$mode.txt"
+    fi
+  done
 fi
 
 print_summary
