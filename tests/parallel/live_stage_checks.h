@@ -304,6 +304,7 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
       for (size_t i = 0; i < buffer_entries.size(); ++i) stats[g][i].copy_from(bufs[i]);
       ops::CrossEntropyOptions loss;
       loss.normalizer = info.loss_normalizer;
+      loss.num_classes = model.loss_classes();  // a padded vocabulary's padding is no class
       const Tensor target = source.target(j);
       const Tensor logits = x[0].reshape({-1, x[0].size(-1)});
       const Tensor flat_target = target.reshape({-1});
@@ -346,6 +347,8 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
       next.push_back(params[i].clone());
     }
     w.push_back(std::move(next));
+    // Eq. 4's oldest version from here on is j + 1 - S: the ones before it go.
+    if (j + 1 - S > 0) w[static_cast<size_t>(j - S)].clear();
   }
   average(n, -1);
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -450,6 +453,7 @@ inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
   config.optimizer = sgd();
   config.live = &live;
   config.seed = c.fixture.forward_seed;
+  config.loss.num_classes = model->loss_classes();
   StageComms comms;
   comms.pipe = &pipe;
   comms.dp = dp.get();
