@@ -7,6 +7,7 @@
 #include "engine/check.h"
 #include "engine/log.h"
 #include "models/weight_files.h"
+#include "parallel/runtime/live_tied.h"
 #include "parallel/runtime/relayout.h"
 #include "parallel/trainer.h"
 
@@ -94,6 +95,7 @@ void Trainer::check_migrations(const PipelineConfig& pipeline) {
         << "switch stages up to micro-batch " << last << "); migrate at step " << last / M + 1
         << " or later, or use --migration restart";
   }
+  check_live_tied(*model_, live_plan(pipeline_));  // the layers of a tied parameter stay put
   STRATA_CHECK(config_.compute_dtype == DType::kF32) << what << " needs --precision fp32";
   STRATA_CHECK(config_.optimizer.clip_grad_norm == 0 && config_.nan_policy != NanPolicy::kSkip)
       << what << ": no --clip-grad-norm or --nan-policy skip (a gradient norm over the moved "

@@ -191,8 +191,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "How --migrate-at moves layers: live (the pipeline keeps running) or restart "
                   "(drain the pipeline, move, start again); synchronous schedules move at a step "
                   "boundary, where both are the same; async-1f1b moves live, each move after "
-                  "the previous one has completed, with any --groups (2bw and --repartition need "
-                  "restart)")
+                  "the previous one has completed, with any --groups and with tied weights split "
+                  "between stages (GPT-2, BERT) as long as their layers stay (2bw and "
+                  "--repartition need restart)")
       ->check(CLI::IsMember({"live", "restart"}));
   cmd->add_option("--migration-chunk-mb", o.migration_chunk_mb,
                   "--migration live with async-1f1b: the moved layers' inputs, weights and state "

@@ -11,6 +11,7 @@
 #include "engine/cuda_runtime.h"
 #include "ops/accuracy.h"
 #include "ops/precision.h"
+#include "parallel/runtime/live_tied.h"
 #include "parallel/trace.h"
 
 namespace strata::parallel {
@@ -181,8 +182,9 @@ void Executor::check_live() const {
   // a GPU that path is not built (nor tested); --migration restart moves layers there.
   STRATA_CHECK(!ctx_.device().is_cuda())
       << what << " with async-1f1b runs on CPU ranks only; use --migration restart on a GPU";
-  STRATA_CHECK(comms_.tied == nullptr)
-      << what << ": tied parameters split between stages are not supported";
+  // A tied parameter split between stages: its owner and user stay on their stages, so the
+  // tied all-reduce pairs each update on the same two stages throughout (live_tied.h).
+  check_live_tied(model_, live);
   STRATA_CHECK(config_.optimizer.clip_grad_norm == 0 && !config_.global_norm)
       << what << " with async-1f1b: no --clip-grad-norm, --nan-policy skip or --loss-scale (they "
       << "need a gradient norm over the moved layers' stores)";
@@ -375,6 +377,10 @@ void Executor::optimizer_step(StepStats* stats) {
 }
 
 void Executor::apply_update(StepStats* stats) {
+  // The moved layers first: a source's hand-off follows its update of them, and must not wait
+  // for the tied all-reduce below, whose other stage may be waiting for the hand-off (a move up
+  // to it, or to a stage it waits for: the target's Forward(F) comes before its update K - 1).
+  const double live_sq = live_ != nullptr ? live_->update(optimizer_steps_) : 0.0;
   // Tied parameters split between stages: after the sum over the groups, the sum of the copies.
   const auto tied_start = Clock::now();
   if (comms_.tied != nullptr) {
@@ -423,7 +429,7 @@ void Executor::apply_update(StepStats* stats) {
   }
   const graph::OptimizerStepInfo info =
       optimizer_.step(ctx_, optimizer_steps_, global_sum, loss_scale_);
-  if (live_ != nullptr) local_sq += live_->update(optimizer_steps_);  // the moved layers
+  local_sq += live_sq;  // the moved layers'
   store_.zero_grads(ctx_);
   ++optimizer_steps_;
   // Mixed precision: the asynchronous schedule computes on the new weights within this program

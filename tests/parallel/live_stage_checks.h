@@ -13,8 +13,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/layers.h"
@@ -35,6 +39,7 @@ namespace strata::parallel::live_stage_checks {
 constexpr uint64_t kSeed = 5;
 constexpr double kLr = 0.05;
 constexpr double kMomentum = 0.9;
+constexpr int kTimeoutSeconds = 10;
 
 // fc0 relu0 fc1 relu1 fc2 relu2 fc3 relu3 fc4: nine layers.
 inline std::unique_ptr<graph::Model> make_model() {
@@ -66,12 +71,21 @@ class Source final : public MicroBatchSource {
   int group_, groups_;
 };
 
+// The model and data of a case (default: the nine layers above on Source's rows).
+struct Fixture {
+  std::function<std::unique_ptr<graph::Model>()> model = make_model;
+  std::function<std::unique_ptr<MicroBatchSource>(int group, int groups)> source =
+      [](int group, int groups) { return std::make_unique<Source>(group, groups); };
+  uint64_t forward_seed = 0;  // ForwardOptions::seed (dropout)
+};
+
 struct Case {
   std::string name;
   Partition initial, next;
   int64_t first_backward = 0;                // K
   int64_t micro_batches = 0;                 // N
   std::vector<LiveMigrationStep> then = {};  // later migrations
+  Fixture fixture = {};
   int stages() const { return static_cast<int>(initial.size()); }
   StageLayout layout() const {
     StageLayout l(initial);
@@ -178,26 +192,66 @@ struct OracleResult {
 // statistics, and the update of j averages them (sum in group order, then x 1/G) on the stage
 // that runs the layer's backward of j, which under async-1f1b comes before that stage's forward
 // of micro-batch j + S - s and after its forward of j + S - s - 1.
+//
+// A tied parameter (GPT-2's head weight is its token embedding) whose user layer is on another
+// stage than its owner: the oracle holds two stores cut at the user, so the user has a copy of
+// its own with its own versions (Eq. 4 of the user's stage) and its own gradient. The update of
+// micro-batch j gives the owner and the copy the same gradient: the owner's plus the copy's (each
+// first summed over the groups), as the pipeline's tied all-reduce does after the groups' one;
+// `tied_sum` false leaves each its own gradient (the check that the sum matters).
 inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout& layout,
                            const std::vector<MicroBatchSource*>& sources, int64_t n,
                            uint64_t forward_seed = 0, double lr = kLr,
-                           double momentum_factor = kMomentum) {
+                           double momentum_factor = kMomentum, bool tied_sum = true) {
   ExecContext ctx(Device::cpu(), nullptr, 1);
-  graph::ParamStore store(model, 0, model.size(), ctx.allocator());
-  store.initialize(seed);
+  // The first layer that uses a tied parameter of an earlier layer: the second store's first.
+  size_t cut = model.size();
+  for (size_t l = 0; l < model.size() && cut == model.size(); ++l) {
+    for (const graph::ParamSpec& spec : model.layer(l).param_specs()) {
+      const std::optional<size_t> owner =
+          spec.tied_to.empty() ? std::nullopt : model.find_param_layer(spec.tied_to);
+      if (owner.has_value() && *owner < l) cut = l;
+    }
+  }
+  std::vector<std::unique_ptr<graph::ParamStore>> stores;
+  for (const auto& [b, e] : {std::make_pair<size_t, size_t>(0, size_t{cut}),
+                             std::make_pair<size_t, size_t>(size_t{cut}, model.size())}) {
+    if (b == e) continue;
+    stores.push_back(std::make_unique<graph::ParamStore>(model, b, e, ctx.allocator()));
+    stores.back()->initialize(seed);
+  }
+  // Every store's entries (the parameters of the model, a tied copy among them), in order.
+  std::vector<graph::ParamStore::Entry> entries, buffer_entries;
+  std::vector<Tensor> params, grads, bufs;
+  for (const auto& store : stores) {
+    for (size_t i = 0; i < store->param_entries().size(); ++i) {
+      entries.push_back(store->param_entries()[i]);
+      params.push_back(store->param(i));
+      grads.push_back(store->grad(i));
+    }
+    for (size_t i = 0; i < store->buffer_entries().size(); ++i) {
+      buffer_entries.push_back(store->buffer_entries()[i]);
+      bufs.push_back(store->buffer(i));
+    }
+  }
+  std::vector<std::pair<size_t, size_t>> tied;  // (owner entry, copy entry)
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].tied_to.empty() || entries[i].alias) continue;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      if (entries[k].full_name() == entries[i].tied_to) tied.push_back({k, i});
+    }
+  }
   const size_t G = sources.size();
   const int S = layout.stages();
-  const auto& entries = store.param_entries();
-  const auto& buffer_entries = store.buffer_entries();
   std::vector<std::vector<Tensor>> w(1);  // w[u][entry]
   std::vector<Tensor> momentum;
   for (size_t i = 0; i < entries.size(); ++i) {
-    w[0].push_back(store.param(i).clone());
-    momentum.push_back(Tensor::zeros(store.param(i).shape(), DType::kF32));
+    w[0].push_back(params[i].clone());
+    momentum.push_back(Tensor::zeros(params[i].shape(), DType::kF32));
   }
   std::vector<std::vector<Tensor>> stats(G);  // stats[g][buffer entry]: group g's replica
   for (size_t g = 0; g < G; ++g) {
-    for (size_t i = 0; i < buffer_entries.size(); ++i) stats[g].push_back(store.buffer(i).clone());
+    for (size_t i = 0; i < buffer_entries.size(); ++i) stats[g].push_back(bufs[i].clone());
   }
   std::vector<int64_t> averaged(buffer_entries.size(), 0);  // per buffer entry: updates averaged
   // The averages of the updates done (`updates`) that come before a forward of micro-batch
@@ -222,6 +276,9 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
       }
     }
   };
+  auto zero_grads = [&] {
+    for (const auto& store : stores) store->zero_grads();
+  };
   ops::SgdOptions o;
   o.lr = lr;
   o.momentum = momentum_factor;
@@ -230,13 +287,13 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
   for (int64_t j = 0; j < n; ++j) {
     for (size_t i = 0; i < entries.size(); ++i) {
       const int64_t v = version_of(layout, entries[i].layer_index, j);
-      store.param(i).copy_from(w[static_cast<size_t>(v)][i]);
+      params[i].copy_from(w[static_cast<size_t>(v)][i]);
     }
     average(j, j);
-    std::vector<std::vector<Tensor>> grads(G);  // grads[g][entry]
+    std::vector<std::vector<Tensor>> group_grads(G);  // group_grads[g][entry]
     for (size_t g = 0; g < G; ++g) {
       MicroBatchSource& source = *sources[g];
-      for (size_t i = 0; i < buffer_entries.size(); ++i) store.buffer(i).copy_from(stats[g][i]);
+      for (size_t i = 0; i < buffer_entries.size(); ++i) bufs[i].copy_from(stats[g][i]);
       const MicroBatchSource::Info info = source.info(j);
       graph::ForwardOptions options;
       options.seed = forward_seed;
@@ -244,9 +301,10 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
       options.sample_offset = info.sample_offset;
       Tape tape;
       const TensorList x = model.forward(ctx, 0, model.size(), source.input(j), tape, options);
-      for (size_t i = 0; i < buffer_entries.size(); ++i) stats[g][i].copy_from(store.buffer(i));
+      for (size_t i = 0; i < buffer_entries.size(); ++i) stats[g][i].copy_from(bufs[i]);
       ops::CrossEntropyOptions loss;
       loss.normalizer = info.loss_normalizer;
+      loss.num_classes = model.loss_classes();  // a padded vocabulary's padding is no class
       const Tensor target = source.target(j);
       const Tensor logits = x[0].reshape({-1, x[0].size(-1)});
       const Tensor flat_target = target.reshape({-1});
@@ -257,34 +315,47 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
         out.losses.push_back(l);
         out.loss += l;
       }
-      store.zero_grads();
+      zero_grads();
       const Tensor dlogits =
           ops::cross_entropy_backward(ctx, logits, flat_target, loss, 1.0).view(x[0].shape());
       model.backward(ctx, 0, model.size(), {dlogits}, tape);
       if (G == 1) break;
-      for (size_t i = 0; i < entries.size(); ++i) grads[g].push_back(store.grad(i).clone());
+      for (size_t i = 0; i < entries.size(); ++i) group_grads[g].push_back(grads[i].clone());
+    }
+    if (G > 1) {  // the sum over the groups, in group order
+      for (size_t i = 0; i < entries.size(); ++i) {
+        std::vector<float> sum = group_grads[0][i].to_vector<float>();
+        for (size_t g = 1; g < G; ++g) {
+          const std::vector<float> other = group_grads[g][i].to_vector<float>();
+          for (size_t e = 0; e < sum.size(); ++e) sum[e] += other[e];
+        }
+        grads[i].copy_from(Tensor::from_vector(sum, grads[i].shape()));
+      }
+    }
+    for (const auto& [owner, copy] : tied) {  // the tied sum: both sides apply it
+      if (!tied_sum) break;
+      std::vector<float> sum = grads[owner].to_vector<float>();
+      const std::vector<float> other = grads[copy].to_vector<float>();
+      for (size_t e = 0; e < sum.size(); ++e) sum[e] += other[e];
+      grads[owner].copy_from(Tensor::from_vector(sum, grads[owner].shape()));
+      grads[copy].copy_from(Tensor::from_vector(sum, grads[copy].shape()));
     }
     std::vector<Tensor> next;
     for (size_t i = 0; i < entries.size(); ++i) {
-      if (G > 1) {  // the sum over the groups, in group order
-        std::vector<float> sum = grads[0][i].to_vector<float>();
-        for (size_t g = 1; g < G; ++g) {
-          const std::vector<float> other = grads[g][i].to_vector<float>();
-          for (size_t e = 0; e < sum.size(); ++e) sum[e] += other[e];
-        }
-        store.grad(i).copy_from(Tensor::from_vector(sum, store.grad(i).shape()));
-      }
-      store.param(i).copy_from(w[static_cast<size_t>(j)][i]);
-      ops::sgd_step(ctx, store.param(i), store.grad(i), momentum[i], o, j + 1);
-      next.push_back(store.param(i).clone());
+      params[i].copy_from(w[static_cast<size_t>(j)][i]);
+      ops::sgd_step(ctx, params[i], grads[i], momentum[i], o, j + 1);
+      next.push_back(params[i].clone());
     }
     w.push_back(std::move(next));
+    // Eq. 4's oldest version from here on is j + 1 - S: the ones before it go.
+    if (j + 1 - S > 0) w[static_cast<size_t>(j - S)].clear();
   }
   average(n, -1);
-  add_weights(store, &out.weights);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!entries[i].alias) out.weights[entries[i].full_name()] = params[i].to_vector<float>();
+  }
   for (size_t i = 0; i < buffer_entries.size(); ++i) {
-    out.buffers[buffer_entries[i].full_name()] =
-        (G > 1 ? stats[0][i] : store.buffer(i)).to_vector<float>();
+    out.buffers[buffer_entries[i].full_name()] = (G > 1 ? stats[0][i] : bufs[i]).to_vector<float>();
   }
   return out;
 }
@@ -296,16 +367,38 @@ inline OracleResult replay(graph::Model& model, uint64_t seed, const StageLayout
                 momentum_factor);
 }
 
-inline OracleResult oracle(const Case& c, bool migrate, int groups = 1) {
-  auto model = make_model();
+// `tied_sum`: see replay.
+inline OracleResult oracle(const Case& c, bool migrate, int groups = 1, bool tied_sum = true) {
+  auto model = c.fixture.model();
   const StageLayout layout = migrate ? c.layout() : StageLayout(c.initial);
-  std::vector<std::unique_ptr<Source>> owned;
+  std::vector<std::unique_ptr<MicroBatchSource>> owned;
   std::vector<MicroBatchSource*> sources;
   for (int g = 0; g < groups; ++g) {
-    owned.push_back(std::make_unique<Source>(g, groups));
+    owned.push_back(c.fixture.source(g, groups));
     sources.push_back(owned.back().get());
   }
-  return replay(*model, kSeed, layout, sources, c.micro_batches);
+  return replay(*model, kSeed, layout, sources, c.micro_batches, c.fixture.forward_seed, kLr,
+                kMomentum, tied_sum);
+}
+
+// The (owner, user) stages of `initial` holding the two sides of a tied parameter split between
+// stages, if any (as the trainer's split_tied_stages finds them).
+inline std::optional<std::pair<int, int>> tied_stages(const graph::Model& model,
+                                                      const Partition& initial) {
+  auto stage_of = [&](size_t layer) {
+    for (size_t s = 0; s < initial.size(); ++s) {
+      if (layer >= initial[s].begin && layer < initial[s].end) return static_cast<int>(s);
+    }
+    return -1;
+  };
+  for (size_t l = 0; l < model.size(); ++l) {
+    for (const graph::ParamSpec& spec : model.layer(l).param_specs()) {
+      if (spec.tied_to.empty()) continue;
+      const int owner = stage_of(*model.find_param_layer(spec.tied_to));
+      if (owner != stage_of(l)) return std::make_pair(owner, stage_of(l));
+    }
+  }
+  return std::nullopt;
 }
 
 struct RankResult {
@@ -321,7 +414,8 @@ struct RankResult {
 inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
   const int S = c.stages();
   const int s = comm.rank() % S, group = comm.rank() / S;
-  auto model = make_model();
+  comm.set_timeout(std::chrono::seconds(kTimeoutSeconds));  // a hang fails in seconds
+  auto model = c.fixture.model();
   ExecContext ctx(Device::cpu(), nullptr, 1);
   std::unique_ptr<Communicator> pipe_split, dp;
   if (groups > 1) {
@@ -330,6 +424,12 @@ inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
   }
   Communicator& pipe = groups > 1 ? *pipe_split : comm;
   std::unique_ptr<Communicator> migrate = pipe.split(0, s);
+  // A tied parameter split between stages: its two stages sum their copies' gradients.
+  const std::optional<std::pair<int, int>> tied_pair = tied_stages(*model, c.initial);
+  const bool tied_here = tied_pair && (s == tied_pair->first || s == tied_pair->second);
+  std::unique_ptr<Communicator> tied =
+      tied_pair ? pipe.split(tied_here ? 0 : -1, tied_pair && s == tied_pair->first ? 0 : 1)
+                : nullptr;
   LiveMigrationConfig live;
   live.initial = c.initial;
   live.next = c.next;
@@ -352,16 +452,19 @@ inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
   config.kind = ScheduleKind::kAsync1F1B;
   config.optimizer = sgd();
   config.live = &live;
+  config.seed = c.fixture.forward_seed;
+  config.loss.num_classes = model->loss_classes();
   StageComms comms;
   comms.pipe = &pipe;
   comms.dp = dp.get();
+  comms.tied = tied.get();
   RankResult out;
   {
     Executor executor(ctx, *model, store, {s, S, c.initial[s].begin, c.initial[s].end}, comms,
                       config);
     const Schedule schedule = make_schedule(ScheduleKind::kAsync1F1B, S, c.micro_batches);
-    Source source(group, groups);
-    out.loss = executor.run(schedule.programs[s], source).loss;
+    const std::unique_ptr<MicroBatchSource> source = c.fixture.source(group, groups);
+    out.loss = executor.run(schedule.programs[s], *source).loss;
     executor.finish();
     EXPECT_EQ(executor.optimizer_steps(), c.micro_batches) << c.name << ", stage " << s;
     add_weights(store, &out.weights);
@@ -382,7 +485,7 @@ inline void check_rank(const Case& c, int s, const RankResult& r, const OracleRe
   // The stage ends with the layers of the new partition, each bit for bit the oracle's.
   std::vector<std::string> names;
   Weights want;
-  auto model = make_model();
+  auto model = c.fixture.model();
   for (const auto& [name, v] : expected.weights) {
     const std::optional<size_t> layer = model->find_param_layer(name);
     ASSERT_TRUE(layer.has_value()) << name;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "live_stage_checks.h"
+#include "live_tied_checks.h"
 #include "parallel/comm/local_comm.h"
 
 namespace strata::parallel {
@@ -34,7 +35,8 @@ void check_case(const Case& c, int groups = 1) {
   // stages that held it: as many updates of the blocks as micro-batches per piece and group.
   int64_t updates = 0;
   for (const RankResult& r : results) updates += r.stats.moved_updates;
-  const size_t layers = live_stage_checks::make_model()->size();
+  const std::unique_ptr<graph::Model> model = c.fixture.model();
+  const size_t layers = model->size();
   EXPECT_EQ(updates, groups * c.micro_batches * live_stage_checks::moving_pieces(c, layers));
   // The oracle tells the versions apart: the run without the migration's Eq. 4 (every layer on
   // its first stage's versions throughout) ends elsewhere.
@@ -48,6 +50,13 @@ void check_case(const Case& c, int groups = 1) {
     first.then.clear();
     const live_stage_checks::OracleResult once = live_stage_checks::oracle(first, true, groups);
     EXPECT_NE(piped, once.weights) << "the later migrations changed nothing";
+  }
+  if (live_stage_checks::tied_stages(*model, c.initial)) {
+    // A tied parameter split between stages: without the sum of its two copies' gradients at
+    // each update (the tied all-reduce) the oracle ends elsewhere.
+    const live_stage_checks::OracleResult unsummed =
+        live_stage_checks::oracle(c, true, groups, false);
+    EXPECT_NE(piped, unsummed.weights) << "the tied copies' gradient sum changed nothing";
   }
   if (groups > 1) {
     // The groups' data differ: one group's oracle alone (its own mean gradient) ends elsewhere.
@@ -79,6 +88,22 @@ TEST(LiveStage, TwoGroupsMatchTheEq4Oracle) {
 TEST(LiveStage, TwoMigrationsMatchTheEq4Oracle) {
   for (const Case& c : live_stage_checks::two_move_cases(2)) check_case(c);
   for (const Case& c : live_stage_checks::two_move_cases(4)) check_case(c);
+}
+
+// GPT-2 tiny: its token embedding (stage 0) and the head tied to it (the last stage) stay, blocks
+// move between stages (S = 2 down and up; S = 3 both boundaries of the middle stage; S = 4). At
+// every update both stages sum the tied copies' gradients of the same micro-batch, each computed
+// on the version Eq. 4 gives its stage.
+TEST(LiveStage, TiedGpt2MatchesTheEq4Oracle) {
+  for (int S : {2, 3, 4}) {
+    for (const Case& c : live_tied_checks::cases(S)) check_case(c);
+  }
+}
+
+// The same with G = 2 groups: each side of the tied parameter first sums over the groups.
+TEST(LiveStage, TiedGpt2TwoGroupsMatchTheEq4Oracle) {
+  check_case(live_tied_checks::cases(2).front(), 2);
+  check_case(live_tied_checks::cases(3).front(), 2);
 }
 
 TEST(LiveStage, RefusesAStageThatWouldKeepNoLayer) {

