@@ -192,8 +192,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "(drain the pipeline, move, start again); synchronous schedules move at a step "
                   "boundary, where both are the same; async-1f1b moves live, each move after "
                   "the previous one has completed, with any --groups (2bw and --repartition need "
-                  "restart)")
-      ->check(CLI::IsMember({"live", "restart"}));
+                  "restart); dynpipe (async-1f1b, one boundary, DynPipe's transparent "
+                  "migration): the moved layers' updates pause at the step and their gradients "
+                  "are buffered, their frozen weights and optimizer state go to the new stage in "
+                  "chunks behind training, that stage takes the layers over once it holds them "
+                  "(agreed at run time), then applies the buffered gradients once and updates "
+                  "resume; the record gives the micro-batches of the pause, take-over and resume")
+      ->check(CLI::IsMember({"live", "restart", "dynpipe"}));
   cmd->add_option("--migration-chunk-mb", o.migration_chunk_mb,
                   "--migration live with async-1f1b: the moved layers' inputs, weights and state "
                   "go in chunks of this many MiB on a low-priority thread (0: whole tensors)")
