@@ -16,8 +16,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "live_stage_checks.h"
@@ -133,6 +135,23 @@ inline Replay replay(const Case& c, Points p, bool drop_flush = false) {
   return out;
 }
 
+// live_stage_checks' data, each micro-batch's input `sleep_ms` late (a slower pipeline, so that
+// the state can arrive while it trains; no timing is asserted).
+class SlowSource final : public MicroBatchSource {
+ public:
+  explicit SlowSource(int sleep_ms) : sleep_ms_(sleep_ms) {}
+  Info info(int64_t mb) override { return data_.info(mb); }
+  TensorList input(int64_t mb) override {
+    if (sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
+    return data_.input(mb);
+  }
+  Tensor target(int64_t mb) override { return data_.target(mb); }
+
+ private:
+  live_stage_checks::Source data_;
+  int sleep_ms_;
+};
+
 struct RankResult {
   Weights weights;  // the stage's core and the moved layers it holds at the end
   double loss = 0.0;
@@ -141,7 +160,9 @@ struct RankResult {
 
 // One rank of `comm` (rank = stage) runs async-1f1b over the case's micro-batches with the
 // paused migration inside; small chunks and window so that the state goes in pieces.
-inline RankResult run_rank(Communicator& comm, const Case& c) {
+// `sleep_ms`: stage 0's inputs come that late (SlowSource), and the transfer thread runs at the
+// normal priority.
+inline RankResult run_rank(Communicator& comm, const Case& c, int sleep_ms = 0) {
   const int S = c.stages();
   const int s = comm.rank();
   auto model = live_stage_checks::make_model();
@@ -156,6 +177,7 @@ inline RankResult run_rank(Communicator& comm, const Case& c) {
   live.comm = migrate.get();
   live.transfer.chunk_bytes = 64;
   live.transfer.window_bytes = 256;
+  live.transfer.low_priority = sleep_ms == 0;
   live.what = "test migration (" + c.name + ")";
   live.make_store = [&](size_t b, size_t e) {
     auto store = std::make_unique<graph::ParamStore>(*model, b, e, ctx.allocator());
@@ -177,7 +199,7 @@ inline RankResult run_rank(Communicator& comm, const Case& c) {
     Executor executor(ctx, *model, store, {s, S, c.initial[s].begin, c.initial[s].end}, comms,
                       config);
     const Schedule schedule = make_schedule(ScheduleKind::kAsync1F1B, S, c.micro_batches);
-    live_stage_checks::Source source;
+    SlowSource source(sleep_ms);
     out.loss = executor.run(schedule.programs[s], source).loss;
     executor.finish();
     live_stage_checks::add_weights(store, &out.weights);
