@@ -147,11 +147,11 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
     if (comms.dp != nullptr && comms.dp->size() > 1)
       live_dp_ = comms.dp->split(0, comms.dp->rank());
     if (config.live->paused) {
-      live_ = std::make_unique<PausedStage>(ctx, model, range.stage, *config.live,
-                                            config.optimizer, live_dp_.get());
+      live_ = std::make_unique<PausedStage>(ctx, model, range.stage, *config.live, config.optimizer,
+                                            live_dp_.get());
     } else {
-      live_ = std::make_unique<LiveStage>(ctx, model, range.stage, *config.live,
-                                          config.optimizer, live_dp_.get());
+      live_ = std::make_unique<LiveStage>(ctx, model, range.stage, *config.live, config.optimizer,
+                                          live_dp_.get());
     }
     const StageLayout& layout = live_->layout();
     const int stage = range.stage;

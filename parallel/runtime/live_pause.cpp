@@ -17,8 +17,8 @@ constexpr int kAckTag = 2;      // target -> source (a move down), at each backw
 }  // namespace
 
 PausedStage::PausedStage(ExecContext& ctx, graph::Model& model, int stage,
-                         const LiveMigrationConfig& config,
-                         const graph::OptimizerConfig& optimizer, Communicator* dp)
+                         const LiveMigrationConfig& config, const graph::OptimizerConfig& optimizer,
+                         Communicator* dp)
     : ctx_(ctx),
       model_(model),
       stage_(stage),
@@ -156,8 +156,8 @@ void PausedStage::expect_inputs(int64_t up_to, MicroBatchSource& source) {
     transfer_->expect(expected_++, layout);
   }
   if (expected_ - 1 == inputs()) {  // the flush: the source's buffered gradients, their count
-    transfer_->expect(expected_++, {{store_->grads().shape(), store_->grads().dtype()},
-                                    {Shape{1}, DType::kI64}});
+    transfer_->expect(
+        expected_++, {{store_->grads().shape(), store_->grads().dtype()}, {Shape{1}, DType::kI64}});
   }
 }
 
@@ -167,8 +167,8 @@ TensorList PausedStage::forward(int64_t mb, const TensorList& inputs,
   const int64_t P = config_.first_backward;
   const int S = layout_.stages();
   if (in_hop() && mb >= P && move_.first_backward < 0) {
-    const std::string waiter = "Forward(mb " + std::to_string(mb) + ") on stage " +
-                               std::to_string(stage_);
+    const std::string waiter =
+        "Forward(mb " + std::to_string(mb) + ") on stage " + std::to_string(stage_);
     if (upstream()) {
       // The target holds the state: it takes the layers over S micro-batches on. At the last
       // forward where the move still ends (F) inside the run it does anyway, and the target
@@ -375,9 +375,8 @@ void PausedStage::finish() {
   sends_.clear();
   STRATA_CHECK(role_ == Role::kTarget || state_posted_)
       << what_ << ": stage " << stage_ << " never posted the frozen state";
-  STRATA_CHECK(pending_.empty())
-      << what_ << ": stage " << stage_ << " finished with " << pending_.size()
-      << " backwards of moved layers still to run";
+  STRATA_CHECK(pending_.empty()) << what_ << ": stage " << stage_ << " finished with "
+                                 << pending_.size() << " backwards of moved layers still to run";
   const LiveTransferStats t = transfer_->stats();
   (role_ == Role::kSource ? stats_.bytes_sent : stats_.bytes_received) += t.bytes;
   stats_.migration_bytes[0] = t.bytes;

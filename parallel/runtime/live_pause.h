@@ -122,14 +122,14 @@ class PausedStage : public MovingLayers {
   std::unique_ptr<graph::Optimizer> optimizer_state_;
   std::unique_ptr<StageMemory> memory_;
   std::unique_ptr<WeightVersions> versions_;
-  int64_t latest_ = 0;                    // updates applied to L
-  std::map<int64_t, int64_t> pending_;    // micro-batch -> version: backward still to run here
-  bool grads_pending_ = false;            // a backward of L ran since the last update
-  int64_t last_backward_ = -1;            // the micro-batch of this stage's last backward
-  int64_t last_step_ = 0;                 // the step index of the last update
+  int64_t latest_ = 0;                  // updates applied to L
+  std::map<int64_t, int64_t> pending_;  // micro-batch -> version: backward still to run here
+  bool grads_pending_ = false;          // a backward of L ran since the last update
+  int64_t last_backward_ = -1;          // the micro-batch of this stage's last backward
+  int64_t last_step_ = 0;               // the step index of the last update
   bool state_posted_ = false, state_taken_ = false;
-  bool acked_ = false;                 // source (move down): the target said it holds the state
-  int64_t expected_ = 0;               // target: items expected (the state is item 0)
+  bool acked_ = false;    // source (move down): the target said it holds the state
+  int64_t expected_ = 0;  // target: items expected (the state is item 0)
   bool resumed_ = false, flushed_ = false;
   LiveStageStats stats_;
 };

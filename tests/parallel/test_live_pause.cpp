@@ -36,8 +36,7 @@ void check_case(const Case& c, int sleep_ms = 0) {
   for (const RankResult& r : results) piped.insert(r.weights.begin(), r.weights.end());
   EXPECT_NE(piped, live_pause_checks::replay(c, p, true).weights) << "the flush changed nothing";
   const live_stage_checks::Case vpipe{c.name, c.initial, c.next, c.pause_at, c.micro_batches};
-  EXPECT_NE(piped, live_stage_checks::oracle(vpipe, true).weights)
-      << "the pause changed nothing";
+  EXPECT_NE(piped, live_stage_checks::oracle(vpipe, true).weights) << "the pause changed nothing";
 }
 
 TEST(LivePause, TwoStagesMatchTheReplay) {

@@ -16,16 +16,12 @@ TEST(LivePauseMpi, MovesDownAndUpAsTheReplaySays) {
     SCOPED_TRACE(c.name);
     const live_pause_checks::RankResult r = live_pause_checks::run_rank(*world, c);
     // Every rank's counters, gathered: the counts need both ends of the move.
-    const std::vector<double> mine{static_cast<double>(r.stats.pause_at),
-                                   static_cast<double>(r.stats.take_over),
-                                   static_cast<double>(r.stats.resume),
-                                   static_cast<double>(r.stats.buffered_grads),
-                                   static_cast<double>(r.stats.flushed_grads),
-                                   static_cast<double>(r.stats.moved_updates),
-                                   static_cast<double>(r.stats.inputs_sent),
-                                   static_cast<double>(r.stats.replayed_backwards),
-                                   static_cast<double>(r.stats.handoffs_sent),
-                                   static_cast<double>(r.stats.handoffs_received)};
+    const std::vector<double> mine{
+        static_cast<double>(r.stats.pause_at),      static_cast<double>(r.stats.take_over),
+        static_cast<double>(r.stats.resume),        static_cast<double>(r.stats.buffered_grads),
+        static_cast<double>(r.stats.flushed_grads), static_cast<double>(r.stats.moved_updates),
+        static_cast<double>(r.stats.inputs_sent),   static_cast<double>(r.stats.replayed_backwards),
+        static_cast<double>(r.stats.handoffs_sent), static_cast<double>(r.stats.handoffs_received)};
     const int64_t n = static_cast<int64_t>(mine.size());
     Tensor all = Tensor::zeros({world->size() * n}, DType::kF64);
     Tensor own = Tensor::from_vector(mine, {n});

@@ -34,8 +34,8 @@ void check_record(const TrainRun& run) {
   EXPECT_EQ(m["mode"], "dynpipe");
   EXPECT_EQ(m["partition"], "conv1-fc1,relu3-fc2");
   const int64_t P = m["pause_at"], K = m["take_over"], R = m["resume"];
-  EXPECT_EQ(P, 3 * 4);    // the first micro-batch of the move's step
-  EXPECT_GE(K, P + 2);    // S micro-batches after a forward at or after P
+  EXPECT_EQ(P, 3 * 4);       // the first micro-batch of the move's step
+  EXPECT_GE(K, P + 2);       // S micro-batches after a forward at or after P
   EXPECT_LE(K, 12 * 4 - 1);  // F = K for a move up from the last stage: inside the run
   EXPECT_GE(R, K);
   EXPECT_LE(R, 12 * 4 - 1);
@@ -48,8 +48,8 @@ void check_record(const TrainRun& run) {
 
 TEST(DynpipeMigrationCli, PausedMoveFinishesWithAndWithoutTheLink) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_dynpipe_migration_cli");
-  const std::string move = std::string(kCnnAsync) +
-                           " --migrate-at 3:conv1-fc1,relu3-fc2 --migration dynpipe";
+  const std::string move =
+      std::string(kCnnAsync) + " --migrate-at 3:conv1-fc1,relu3-fc2 --migration dynpipe";
   {
     SCOPED_TRACE("no link");
     const TrainRun run = train_run(dir, "plain", move);
