@@ -199,13 +199,15 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "(agreed at run time), then applies the buffered gradients once and updates "
                   "resume; the record gives the micro-batches of the pause, take-over and resume")
       ->check(CLI::IsMember({"live", "restart", "dynpipe"}));
-  cmd->add_option("--migration-chunk-mb", o.migration_chunk_mb,
-                  "--migration live with async-1f1b: the moved layers' inputs, weights and state "
-                  "go in chunks of this many MiB on a low-priority thread (0: whole tensors)")
+  cmd->add_option(
+         "--migration-chunk-mb", o.migration_chunk_mb,
+         "--migration live or dynpipe with async-1f1b: the moved layers' inputs, weights "
+         "and state go in chunks of this many MiB on a low-priority thread (0: whole tensors)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--migration-window-mb", o.migration_window_mb,
-                  "--migration live with async-1f1b: at most this many MiB of migration chunks in "
-                  "flight at once, so that training traffic goes first (0: no flow control)")
+  cmd->add_option(
+         "--migration-window-mb", o.migration_window_mb,
+         "--migration live or dynpipe with async-1f1b: at most this many MiB of migration "
+         "chunks in flight at once, so that training traffic goes first (0: no flow control)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--link-mbps", o.link_mbps,
                   "Emulate a link of this many megabits/s per direction between every two ranks "

@@ -32,6 +32,9 @@ step --move-at. Per configuration (medians of --repeats interleaved runs):
                   its iterations alone say little)
   (extra row)     --migration live (vPIPE's hand-off: the target's next instruction waits for the
                   whole state) in chunks with flow control
+  steps lost      iteration-eq. minus iterations: the steps the run did not make meanwhile against
+                  the run without a move (a stop-and-copy loses nearly all; a move behind
+                  training loses what the shared link and the pause cost it)
   step ms during  the mean step time over those steps; and the baseline's median
   K, R            dynpipe: the take-over and resume micro-batches the record gives (a resume at
                   the run's last micro-batch means the flush came after the end: raise --steps)
@@ -184,9 +187,9 @@ def main():
     print("load average at end: %s" % loadavg())
     base_ms = 1e3 * statistics.median(base_steps)
     print("\n| flow control | async, chunked, behind training | iterations | iteration-eq. | "
-          "step ms during (baseline %.1f) | s to finish | MiB moved | chunks | max training wait "
+          "steps lost | step ms during (baseline %.1f) | s to finish | MiB moved | chunks | max training wait "
           "ms | K, R (dynpipe) |" % base_ms)
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, protocol, flow in configs:
         rows = results[name]
 
@@ -194,12 +197,13 @@ def main():
             return statistics.median(r[key] for r in rows)
         points = ", ".join("%d/%d%s" % (r["take_over"], r["resume"], " (end)" if r["forced_end"]
                                         else "") for r in rows) if protocol == "dynpipe" else "-"
-        print("| %s | %s | %g | %.1f | %.1f | %.2f | %.2f | %d | %.0f | %s |" % (
+        print("| %s | %s | %g | %.1f | %.1f | %.1f | %.2f | %.2f | %d | %.0f | %s |" % (
             "yes" if flow else "no",
             {"dynpipe": "yes (dynpipe)", "restart": "no (stop-and-copy)",
              "live": "chunked, target waits (vPIPE live)"}[protocol],
             med("iterations"),
-            med("iteration_eq"), med("step_ms"), med("seconds"), med("bytes") / (1 << 20),
+            med("iteration_eq"), statistics.median(r["iteration_eq"] - r["iterations"]
+                                                   for r in rows), med("step_ms"), med("seconds"), med("bytes") / (1 << 20),
             med("chunks"), med("wait_max_ms"), points))
     print("\nCommands (one repeat each; the metrics path is per run):")
     for name, cmd in commands.items():
