@@ -197,7 +197,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "are buffered, their frozen weights and optimizer state go to the new stage in "
                   "chunks behind training, that stage takes the layers over once it holds them "
                   "(agreed at run time), then applies the buffered gradients once and updates "
-                  "resume; the record gives the micro-batches of the pause, take-over and resume")
+                  "resume; the record gives the micro-batches of the pause, take-over and resume "
+                  "(one --migrate-at across one stage boundary, --groups 1, no batch norm in the "
+                  "moved layers)")
       ->check(CLI::IsMember({"live", "restart", "dynpipe"}));
   cmd->add_option(
          "--migration-chunk-mb", o.migration_chunk_mb,
