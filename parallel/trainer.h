@@ -103,8 +103,11 @@ struct Migration {
 // How the layers move (--migration): live keeps the pipeline running; restart drains it first
 // (stop injecting micro-batches, finish those in flight, move, start again: the non-live
 // baseline). Synchronous schedules flush at every step boundary, where both move the same way.
-enum class MigrationMode { kLive, kRestart };
-MigrationMode parse_migration_mode(const std::string& name);  // live|restart; throws otherwise
+// dynpipe (async-1f1b): DynPipe's transparent migration, the moved layers' updates paused while
+// their state goes behind training (parallel/runtime/live_pause.h).
+enum class MigrationMode { kLive, kRestart, kDynpipe };
+// live|restart|dynpipe; throws otherwise
+MigrationMode parse_migration_mode(const std::string& name);
 const char* migration_mode_name(MigrationMode mode);
 
 struct PipelineConfig {
@@ -237,6 +240,9 @@ struct MigrationRecord {
   MigrationMode mode = MigrationMode::kLive;
   double bytes = 0.0;    // sent + received, summed over the ranks
   double seconds = 0.0;  // the slowest rank's
+  // --migration dynpipe: the micro-batches of the pause (P), the take-over (K, agreed at run
+  // time) and the target's first update of the moved layers (R); -1 otherwise.
+  int64_t pause_at = -1, take_over = -1, resume = -1;
   // PipelineConfig::replan_memory: the memory plan made for the new partition, per stage.
   std::vector<StageMemoryPlanRecord> memory_plan;
 };

@@ -48,11 +48,20 @@ Partition to_partition(const std::vector<std::pair<size_t, size_t>>& ranges) {
 MigrationMode parse_migration_mode(const std::string& name) {
   if (name == "live") return MigrationMode::kLive;
   if (name == "restart") return MigrationMode::kRestart;
-  STRATA_THROW() << "unknown --migration '" << name << "' (valid: live, restart)";
+  if (name == "dynpipe") return MigrationMode::kDynpipe;
+  STRATA_THROW() << "unknown --migration '" << name << "' (valid: live, restart, dynpipe)";
 }
 
 const char* migration_mode_name(MigrationMode mode) {
-  return mode == MigrationMode::kLive ? "live" : "restart";
+  switch (mode) {
+    case MigrationMode::kLive:
+      return "live";
+    case MigrationMode::kRestart:
+      return "restart";
+    case MigrationMode::kDynpipe:
+      return "dynpipe";
+  }
+  return "?";
 }
 
 std::vector<Program> Trainer::async_programs(int64_t total) const {

@@ -65,13 +65,17 @@ void Trainer::check_migrations(const PipelineConfig& pipeline) {
   STRATA_CHECK(pipeline_.migrations.empty() || pipeline.grad_sync.delay == 0)
       << "--migrate-at with --dp-delay " << pipeline.grad_sync.delay
       << ": the delayed gradients are laid out by the stage's layers; migrate without delay";
+  STRATA_CHECK(pipeline.migration != MigrationMode::kDynpipe ||
+               pipeline.schedule == ScheduleKind::kAsync1F1B)
+      << "--migration dynpipe needs --schedule async-1f1b (it pauses the moved layers' updates "
+      << "inside an asynchronous run), not " << schedule_name(pipeline.schedule);
   if (pipeline_.migrations.empty() || is_synchronous(pipeline.schedule) ||
       pipeline.migration == MigrationMode::kRestart) {
     return;
   }
   // --migration live inside an asynchronous run (parallel/runtime/live_stage.h).
   const std::string what = "--migrate-at with " + std::string(schedule_name(pipeline.schedule)) +
-                           " and --migration live";
+                           " and --migration " + migration_mode_name(pipeline.migration);
   STRATA_CHECK(pipeline.schedule == ScheduleKind::kAsync1F1B)
       << what << " is not available (only async-1f1b migrates live); use --migration restart "
       << "(drain, move, start again)";
@@ -119,7 +123,7 @@ void Trainer::check_migrations(const PipelineConfig& pipeline) {
 
 bool Trainer::migrates_live() const {
   return !pipeline_.migrations.empty() && pipeline_.schedule == ScheduleKind::kAsync1F1B &&
-         pipeline_.migration == MigrationMode::kLive;
+         pipeline_.migration != MigrationMode::kRestart;
 }
 
 std::unique_ptr<graph::ParamStore> Trainer::make_store(size_t begin, size_t end) {
@@ -151,6 +155,8 @@ std::unique_ptr<LiveMigrationConfig> Trainer::live_migration_config() {
   live->transfer.chunk_bytes = pipeline_.migration_chunk_bytes;
   live->transfer.window_bytes = pipeline_.migration_window_bytes;
   live->make_store = [this](size_t begin, size_t end) { return make_store(begin, end); };
+  live->paused = pipeline_.migration == MigrationMode::kDynpipe;
+  live->micro_batches = total_steps(config_, pipeline_, train_->size()) * pipeline_.micro_batches;
   return live;
 }
 
@@ -207,6 +213,10 @@ void Trainer::settle_live_migration(std::unique_ptr<Executor>& executor) {
     totals.push_back(i < stats.migration_wait_seconds.size() ? stats.migration_wait_seconds[i]
                                                              : 0.0);
   }
+  // --migration dynpipe: K and R as the target has them (the other ranks add nothing).
+  const bool target = stats.handoffs_received > 0;
+  totals.push_back(target ? static_cast<double>(stats.take_over + 1) : 0.0);
+  totals.push_back(target ? static_cast<double>(stats.resume + 1) : 0.0);
   if (world_ != nullptr && world_->size() > 1) {
     Tensor t = Tensor::from_vector(totals, {static_cast<int64_t>(totals.size())});
     world_->all_reduce(t)->wait(world_->timeout(), "migration bytes");
@@ -217,7 +227,12 @@ void Trainer::settle_live_migration(std::unique_ptr<Executor>& executor) {
     const Partition after = partition_of(moves[i].partition);
     MigrationRecord record;
     record.step = moves[i].step;
-    record.mode = MigrationMode::kLive;
+    record.mode = pipeline_.migration;
+    if (record.mode == MigrationMode::kDynpipe) {
+      record.pause_at = moves[i].step * pipeline_.micro_batches;
+      record.take_over = static_cast<int64_t>(totals[2 * moves.size()]) - 1;
+      record.resume = static_cast<int64_t>(totals[2 * moves.size() + 1]) - 1;
+    }
     record.moves = describe_moves(layer_moves(before, after), names);
     record.partition = partition_string(after, names);
     record.bytes = totals[2 * i];
@@ -227,6 +242,11 @@ void Trainer::settle_live_migration(std::unique_ptr<Executor>& executor) {
                        << "), now " << record.partition << "; "
                        << static_cast<int64_t>(record.bytes) << " bytes, " << record.seconds
                        << " s waited for hand-offs";
+      if (record.mode == MigrationMode::kDynpipe) {
+        STRATA_LOG(INFO) << "  updates paused from micro-batch " << record.pause_at
+                         << ", taken over at " << record.take_over << ", resumed at "
+                         << record.resume;
+      }
     }
     if (rank_ == 0 && observer_ != nullptr) observer_->on_migration(record);
     before = after;

@@ -159,7 +159,10 @@ void ConsoleReporter::on_migration(const parallel::MigrationRecord& r) {
                      {"moves", r.moves},
                      {"partition", r.partition},
                      {"bytes", r.bytes},
-                     {"seconds", r.seconds}});
+                     {"seconds", r.seconds},
+                     {"pause_at", r.pause_at},
+                     {"take_over", r.take_over},
+                     {"resume", r.resume}});
     write_memory_plan(metrics_, r.step, r.memory_plan);
   }
 }

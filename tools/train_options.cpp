@@ -193,15 +193,24 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "boundary, where both are the same; async-1f1b moves live, each move after "
                   "the previous one has completed, with any --groups and with tied weights split "
                   "between stages (GPT-2, BERT) as long as their layers stay (2bw and "
-                  "--repartition need restart)")
-      ->check(CLI::IsMember({"live", "restart"}));
-  cmd->add_option("--migration-chunk-mb", o.migration_chunk_mb,
-                  "--migration live with async-1f1b: the moved layers' inputs, weights and state "
-                  "go in chunks of this many MiB on a low-priority thread (0: whole tensors)")
+                  "--repartition need restart); dynpipe (async-1f1b, one boundary, DynPipe's "
+                  "transparent migration): the moved layers' updates pause at the step and their "
+                  "gradients are buffered, their frozen weights and optimizer state go to the new "
+                  "stage in chunks behind training, that stage takes the layers over once it "
+                  "holds them (agreed at run time), then applies the buffered gradients once and "
+                  "updates resume; the record gives the micro-batches of the pause, take-over and "
+                  "resume (one --migrate-at across one stage boundary, --groups 1, no batch norm "
+                  "in the moved layers)")
+      ->check(CLI::IsMember({"live", "restart", "dynpipe"}));
+  cmd->add_option(
+         "--migration-chunk-mb", o.migration_chunk_mb,
+         "--migration live or dynpipe with async-1f1b: the moved layers' inputs, weights "
+         "and state go in chunks of this many MiB on a low-priority thread (0: whole tensors)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--migration-window-mb", o.migration_window_mb,
-                  "--migration live with async-1f1b: at most this many MiB of migration chunks in "
-                  "flight at once, so that training traffic goes first (0: no flow control)")
+  cmd->add_option(
+         "--migration-window-mb", o.migration_window_mb,
+         "--migration live or dynpipe with async-1f1b: at most this many MiB of migration "
+         "chunks in flight at once, so that training traffic goes first (0: no flow control)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--link-mbps", o.link_mbps,
                   "Emulate a link of this many megabits/s per direction between every two ranks "

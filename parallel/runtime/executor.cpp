@@ -11,6 +11,7 @@
 #include "engine/cuda_runtime.h"
 #include "ops/accuracy.h"
 #include "ops/precision.h"
+#include "parallel/runtime/live_pause.h"
 #include "parallel/runtime/live_tied.h"
 #include "parallel/trace.h"
 
@@ -146,8 +147,13 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
     // executor's thread issues them, GroupedDp's threads the core's).
     if (comms.dp != nullptr && comms.dp->size() > 1)
       live_dp_ = comms.dp->split(0, comms.dp->rank());
-    live_ = std::make_unique<LiveStage>(ctx, model, range.stage, *config.live, config.optimizer,
-                                        live_dp_.get());
+    if (config.live->paused) {
+      live_ = std::make_unique<PausedStage>(ctx, model, range.stage, *config.live, config.optimizer,
+                                            live_dp_.get());
+    } else {
+      live_ = std::make_unique<LiveStage>(ctx, model, range.stage, *config.live, config.optimizer,
+                                          live_dp_.get());
+    }
     const StageLayout& layout = live_->layout();
     const int stage = range.stage;
     transfers_.set_boundaries([&layout, stage](int64_t mb, bool gradient) {

@@ -186,7 +186,7 @@ class Executor {
   // Weight versions this stage held at once, at most (the store's and the stashed ones).
   int64_t weight_versions_peak() const { return versions_.peak(); }
   // The live migration's side of this stage (null without one).
-  const LiveStage* live() const { return live_.get(); }
+  const MovingLayers* live() const { return live_.get(); }
 
  private:
   struct InFlight;
@@ -246,7 +246,7 @@ class Executor {
   std::vector<Communicator*> stream_users_;
   // G > 1: the live migration's all-reduces of the moved layers (a split of comms.dp).
   std::unique_ptr<Communicator> live_dp_;
-  std::unique_ptr<LiveStage> live_;
+  std::unique_ptr<MovingLayers> live_;  // LiveStage, or PausedStage (--migration dynpipe)
 };
 
 }  // namespace strata::parallel

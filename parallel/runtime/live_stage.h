@@ -70,6 +70,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/runtime/live_transfer.h"
 #include "parallel/runtime/micro_batch_source.h"
+#include "parallel/runtime/moving_layers.h"
 #include "parallel/runtime/stage_layout.h"
 #include "parallel/runtime/stage_memory.h"
 #include "parallel/runtime/weight_versions.h"
@@ -94,6 +95,11 @@ struct LiveMigrationConfig {
   // Makes (and initializes, as the run initializes every store) a store of layers [begin, end):
   // a source's moved layers at the start; a target's before the hand-off fills it.
   std::function<std::unique_ptr<graph::ParamStore>(size_t begin, size_t end)> make_store;
+  // --migration dynpipe (parallel/runtime/live_pause.h): the moved layers' updates pause from
+  // micro-batch first_backward (P) and the take-over is agreed at run time, within the run's
+  // `micro_batches`.
+  bool paused = false;
+  int64_t micro_batches = 0;
 };
 
 // Counters for tests and the run's report.
@@ -111,15 +117,20 @@ struct LiveStageStats {
   // Per migration (after finish()): bytes sent and received, seconds blocked on hand-offs.
   std::vector<size_t> migration_bytes;
   std::vector<double> migration_wait_seconds;
+  // --migration dynpipe (micro-batches, -1: not on this stage): P, the updates paused from; K, the
+  // first backward on the target (agreed at run time); R, the target's first update (it applies
+  // every gradient buffered since P). Gradients buffered here, and those the flush brought.
+  int64_t pause_at = -1, take_over = -1, resume = -1;
+  int64_t buffered_grads = 0, flushed_grads = 0;
 };
 
-class LiveStage {
+class LiveStage : public MovingLayers {
  public:
   // `stage` of the initial partition's stages. `dp` (not owned; null or one rank: one group):
   // this stage in every group, for the blocks' gradient and statistics all-reduces only.
   LiveStage(ExecContext& ctx, graph::Model& model, int stage, const LiveMigrationConfig& config,
             const graph::OptimizerConfig& optimizer, Communicator* dp = nullptr);
-  ~LiveStage();
+  ~LiveStage() override;
   LiveStage(const LiveStage&) = delete;
   LiveStage& operator=(const LiveStage&) = delete;
 
@@ -127,30 +138,26 @@ class LiveStage {
   static LayerRange core_range(const LiveMigrationConfig& config, int stage);
   // The partitions: the initial one, then after each migration.
   static std::vector<Partition> partitions(const LiveMigrationConfig& config);
-  const StageLayout& layout() const { return layout_; }
+  const StageLayout& layout() const override { return layout_; }
 
-  // A training forward of `mb` through the stage's parts from `inputs`; `core` runs the core.
-  using CoreForward = std::function<TensorList(const TensorList&)>;
+  // MovingLayers (see there).
   TensorList forward(int64_t mb, const TensorList& inputs, const graph::ForwardOptions& options,
-                     const CoreForward& core, MicroBatchSource& source);
-  // Its backward from the gradients of the stage's outputs; `core` runs the core's.
-  using CoreBackward = std::function<TensorList(const TensorList&)>;
-  // `options`: those of the micro-batch's forward (a replay of moved layers runs with them).
+                     const CoreForward& core, MicroBatchSource& source) override;
   TensorList backward(int64_t mb, const TensorList& grads, const graph::ForwardOptions& options,
-                      const CoreBackward& core, MicroBatchSource& source);
+                      const CoreBackward& core, MicroBatchSource& source) override;
   // After the core's update of micro-batch `mb`'s backward (`step`: the optimizer step index):
   // updates the blocks whose backward ran; the source's hand-off. Returns the blocks' share of
   // the squared gradient norm.
-  double update(int64_t step);
+  double update(int64_t step) override;
   // Puts the latest weights back into the blocks' stores (between programs).
-  void restore_latest();
+  void restore_latest() override;
   // Checks that nothing is left (every block's records consumed, every transfer through).
-  void finish();
+  void finish() override;
 
-  LiveStageStats stats() const { return stats_; }
-  int64_t live_records() const;
+  LiveStageStats stats() const override { return stats_; }
+  int64_t live_records() const override;
   // The stores of the moved layers this stage holds now (the latest weights between programs).
-  std::vector<const graph::ParamStore*> stores() const;
+  std::vector<const graph::ParamStore*> stores() const override;
 
  private:
   struct Hop;
