@@ -4,13 +4,17 @@
 // are the same numbers. A model file records the set's name and columns (slowdown_model.h); a
 // file of another set is refused naming what differs.
 //
-// Set kFeatureSet ("strata-cpu-2"), in column order:
+// Set kFeatureSet ("strata-cpu-3"), in column order:
 //   layer_solo_ms           the layer's forward + backward ms per sample alone (in training: the
 //                           least it measured per step so far; under an emulated device, its
 //                           emulated time)
 //   layer_param_bytes, layer_output_bytes (per sample), layer_activation_bytes (per sample)
 //   then the CPU counters of colocation.h (counter_names(): cpu_util_mean, cpu_util_max,
-//   runq_per_core, run_delay_per_cpu_s, preempt_per_cpu_s), normalized there.
+//   runq_per_core, run_delay_per_cpu_s, preempt_per_cpu_s, colocated_cpu_per_s), normalized
+//   there.
+// "strata-cpu-2" lacked colocated_cpu_per_s (the co-located load's CPU in the rank's process):
+// every rank of a machine read the same machine-wide counters, so the forest could not tell the
+// loaded rank from the others.
 // "strata-cpu-1" (before) had the machine's raw run queue, context switches per second and the
 // process's voluntary and involuntary switches per second: values of a busy machine that a
 // quieter one (or a rank that sleeps) never showed.
@@ -24,7 +28,7 @@
 
 namespace strata::parallel::dynpipe {
 
-inline constexpr const char* kFeatureSet = "strata-cpu-2";
+inline constexpr const char* kFeatureSet = "strata-cpu-3";
 
 // What a layer contributes to its rows.
 struct LayerFeatures {

@@ -36,6 +36,8 @@ void window(CpuSnapshot* a, CpuSnapshot* b) {
   b->exec_ns = 2500000000;
   a->run_delay_ns = 100000000;
   b->run_delay_ns = 500000000;
+  a->load_exec_ns = 1000000000;
+  b->load_exec_ns = 4000000000;
   a->procs_running = 3;
   b->procs_running = 5;
   a->seconds = 10.0;
@@ -80,6 +82,7 @@ TEST(DynPipeFeatures, AProfileRowAndAMonitorRowOfOneWindowAreTheSame) {
   EXPECT_DOUBLE_EQ(profile_row[6], 2.0);   // runq_per_core: 4 over 2 cores
   EXPECT_DOUBLE_EQ(profile_row[7], 0.8);   // run_delay_per_cpu_s: 0.4 s over 0.5 s of CPU
   EXPECT_DOUBLE_EQ(profile_row[8], 60.0);  // preempt_per_cpu_s: 30 over 0.5 s of CPU
+  EXPECT_DOUBLE_EQ(profile_row[9], 1.5);   // colocated_cpu_per_s: 3 s of the load's CPU in 2 s
 }
 
 ForestModel fit(const std::vector<std::string>& features, const std::vector<float>& x,
@@ -134,7 +137,7 @@ TEST(DynPipeFeatures, TrainingPredictsOnTheProfilesRow) {
 TEST(DynPipeFeatures, AModelOfAnotherFeatureSetIsRefusedNamingWhatDiffers) {
   if (!forest_available()) GTEST_SKIP() << "built with -DSTRATA_WITH_XGBOOST=OFF";
   const std::string dir = fresh_dir("strata_dynpipe_features");
-  // The set before strata-cpu-2: the raw run queue and switch rates.
+  // The set before strata-cpu-2 (strata-cpu-1): the raw run queue and switch rates.
   const std::vector<std::string> old = {
       "layer_solo_ms",      "layer_param_bytes",   "layer_output_bytes", "layer_activation_bytes",
       "cpu_util_mean",      "cpu_util_max",        "procs_running",      "ctxt_per_s",
@@ -150,8 +153,9 @@ TEST(DynPipeFeatures, AModelOfAnotherFeatureSetIsRefusedNamingWhatDiffers) {
   const std::string message = throws_message([&] { ForestModel::load(path, slowdown_features()); });
   for (const std::string& part :
        {"slowdown model '" + path + "' was trained on another feature set: 'custom', 10 features",
-        std::string("expected 'strata-cpu-2', 9 (layer_solo_ms,"),
-        std::string("the file lacks runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s"),
+        std::string("expected 'strata-cpu-3', 10 (layer_solo_ms,"),
+        std::string("the file lacks "
+                    "runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s,colocated_cpu_per_s"),
         std::string("the file has extra procs_running,ctxt_per_s,voluntary_cs_per_s,"
                     "involuntary_cs_per_s")}) {
     EXPECT_NE(message.find(part), std::string::npos) << message;
@@ -161,7 +165,7 @@ TEST(DynPipeFeatures, AModelOfAnotherFeatureSetIsRefusedNamingWhatDiffers) {
   for (const std::string& n : counter_names()) counters[n] = 0.0;
   EXPECT_NE(throws_message([&] {
               make_forest_slowdown(other, {LayerCost{}}, {counters});
-            }).find("are not feature set strata-cpu-2"),
+            }).find("are not feature set strata-cpu-3"),
             std::string::npos);
   // A model of the set records its name and loads.
   std::vector<float> sx, sy;

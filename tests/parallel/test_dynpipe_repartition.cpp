@@ -271,7 +271,7 @@ TEST(DynPipeRepartition, ForestPredictsEachCandidateStagesSlowdown) {
   EXPECT_NE(throws_message([&] {
               make_forest_slowdown(forest, layers, {idle, busy});
             })
-                .find("the counter 'runq_per_core' of feature set strata-cpu-2 is not among "
+                .find("the counter 'runq_per_core' of feature set strata-cpu-3 is not among "
                       "rank 1's counters"),
             std::string::npos);
 }
