@@ -260,7 +260,7 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
         device.empty() ? "" : (", emulated device " + device[0].text).c_str(), ranks,
         ranks == 1 ? "" : "s");
     std::printf("  rank 0's windows:\n  %-6s %-36s %7s %7s %7s %9s %9s %7s %7s %9s\n", "window",
-                "load", "util", "maxutil", "runq/c", "delay/cpu", "preempt/s", "cpu/s", "load/s",
+                "load", "util", "maxutil", "runq/c", "delay/cpu", "preempt/s", "cpu/s", "load",
                 "slowdown");
   }
   for (size_t wi = 0; wi < windows.size(); ++wi) {
@@ -300,8 +300,8 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
       std::printf("  %-6zu %-36s %7.3f %7.3f %7.2f %9.3f %9.0f %7.3f %7.3f %9.3f\n", wi,
                   load.c_str(), w.counters.cpu_util_mean, w.counters.cpu_util_max,
                   w.counters.runq_per_core, w.counters.run_delay_per_cpu_s,
-                  w.counters.preempt_per_cpu_s, w.counters.cpu_per_s,
-                  w.counters.colocated_cpu_per_s, stage_slowdown);
+                  w.counters.preempt_per_cpu_s, w.counters.cpu_per_s, w.counters.colocated_threads,
+                  stage_slowdown);
     }
   }
   const std::string all = gather_text(world, rows_text.str());

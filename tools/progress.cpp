@@ -212,7 +212,7 @@ void ConsoleReporter::on_monitor(const parallel::dynpipe::MonitorSample& m) {
                    {"runq_per_core", m.counters.runq_per_core},
                    {"run_delay_per_cpu_s", m.counters.run_delay_per_cpu_s},
                    {"preempt_per_cpu_s", m.counters.preempt_per_cpu_s},
-                   {"colocated_cpu_per_s", m.counters.colocated_cpu_per_s}});
+                   {"colocated_threads", m.counters.colocated_threads}});
 }
 
 }  // namespace strata::tools

@@ -9,15 +9,16 @@
 //                           least it measured per step so far; under an emulated device, its
 //                           emulated time)
 //   layer_param_bytes, layer_output_bytes (per sample), layer_activation_bytes (per sample)
-//   then the CPU counters of colocation.h (counter_names(): cpu_util_mean, cpu_util_max,
-//   runq_per_core, run_delay_per_cpu_s, preempt_per_cpu_s, colocated_cpu_per_s), normalized
-//   there.
-// "strata-cpu-2" lacked colocated_cpu_per_s (the co-located load's CPU in the rank's process):
-// every rank of a machine read the same machine-wide counters, so the forest could not tell the
-// loaded rank from the others.
-// "strata-cpu-1" (before) had the machine's raw run queue, context switches per second and the
-// process's voluntary and involuntary switches per second: values of a busy machine that a
-// quieter one (or a rank that sleeps) never showed.
+//   then four counters of colocation.h (feature_counter_names(): cpu_util_mean, cpu_util_max,
+//   runq_per_core, colocated_threads), normalized there.
+// "strata-cpu-2" had the process's run delay and preemptions per CPU second instead of
+// colocated_threads. In training they measured how MPI waits (Open MPI polls for messages, so an
+// emulated device's rank showed 5000-7700 preemptions and 30-37 s of run delay per CPU second,
+// against 0-800 and 0.5-19 in the profile, whose ranks compute between barriers): the forest
+// predicted from values it never saw. And every rank of a machine read the same machine-wide
+// counters, so it could not tell the loaded rank from the others; colocated_threads (the
+// co-located load's threads on the rank's device) does. The monitor still samples and records
+// the process's counters (counter_names()).
 #pragma once
 
 #include <map>
@@ -38,12 +39,15 @@ struct LayerFeatures {
   double activation_bytes = 0.0;  // per sample
 };
 
+// The monitor's counters that are features, in order.
+std::vector<std::string> feature_counter_names();
 // The set's column names, in order.
 std::vector<std::string> slowdown_features();
 // One row of the set: the layer's features, then the counters'.
 std::vector<double> slowdown_feature_row(const LayerFeatures& layer, const CpuCounters& counters);
 // Counters by name (a monitor sample's counter map, a stage's mean): every name of
-// counter_names() must be there; throws strata::Error naming a missing one and `whose`.
+// feature_counter_names() must be there (the others are 0 when absent); throws strata::Error
+// naming a missing one and `whose`.
 CpuCounters counters_from_map(const std::map<std::string, double>& counters,
                               const std::string& whose);
 

@@ -37,7 +37,7 @@ std::string fit_model(const std::string& dir) {
   std::ofstream out(csv);
   out << "layer,rank,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,"
          "layer_activation_bytes,cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,"
-         "preempt_per_cpu_s,colocated_cpu_per_s,slowdown\n";
+         "preempt_per_cpu_s,colocated_threads,slowdown\n";
   std::mt19937 rng(2);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (int i = 0; i < 200; ++i) {

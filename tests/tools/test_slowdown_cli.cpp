@@ -64,9 +64,8 @@ std::string plan_command(const std::string& profile) {
 
 const char* kColocationHeader =
     "layer,rank,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,layer_activation_bytes,"
-    "cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s,"
-    "colocated_cpu_per_s,load_threads,load_duty,load_memory,load_rank,colocated_ms,layer_slowdown,"
-    "slowdown";
+    "cpu_util_mean,cpu_util_max,runq_per_core,colocated_threads,load_threads,load_duty,load_memory,"
+    "load_rank,colocated_ms,layer_slowdown,slowdown";
 
 // The rows of a co-location CSV: as many solo rows as loaded per rank (a solo window before
 // each loaded one and after the last), a layer's ratio colocated / solo, and the target the
@@ -82,20 +81,20 @@ std::set<std::string> check_rows(const std::vector<std::string>& lines, size_t w
     std::vector<std::string> cells;
     std::string cell;
     while (std::getline(row, cell, ',')) cells.push_back(cell);
-    EXPECT_EQ(cells.size(), 20u) << lines[i];
-    if (cells.size() != 20u) continue;
+    EXPECT_EQ(cells.size(), 18u) << lines[i];
+    if (cells.size() != 18u) continue;
     ranks.insert(cells[1]);
     window_ids.insert(cells[2]);
-    const bool solo = cells[13] == "0";
+    const bool solo = cells[11] == "0";
     if (!solo) ++loaded;
-    EXPECT_EQ(cells[16] == "-1", solo) << lines[i];  // load_rank
+    EXPECT_EQ(cells[14] == "-1", solo) << lines[i];  // load_rank
     EXPECT_GT(std::stod(cells[3]), 0.0) << lines[i];
-    EXPECT_NEAR(std::stod(cells[18]), std::stod(cells[17]) / std::stod(cells[3]), 1e-4) << lines[i];
+    EXPECT_NEAR(std::stod(cells[16]), std::stod(cells[15]) / std::stod(cells[3]), 1e-4) << lines[i];
     std::vector<double>& s = sums[cells[1] + "/" + cells[2]];
     s.resize(3, 0.0);
     s[0] += std::stod(cells[3]);
-    s[1] += std::stod(cells[17]);
-    s[2] = std::stod(cells[19]);
+    s[1] += std::stod(cells[15]);
+    s[2] = std::stod(cells[17]);
   }
   for (const auto& [key, s] : sums) EXPECT_NEAR(s[2], s[1] / s[0], 1e-4 * s[2]) << key;
   EXPECT_EQ(window_ids.size(), windows);
@@ -106,7 +105,7 @@ std::set<std::string> check_rows(const std::vector<std::string>& lines, size_t w
 
 // What a profile's rows say of its loads: the mean label (slowdown) of the solo rows, of the rows
 // of the rank whose process ran the window's load, and of the other ranks' rows in loaded
-// windows; and whether the co-located load's counter (colocated_cpu_per_s) is zero exactly on the
+// windows; and whether the co-located load's counter (colocated_threads) is zero exactly on the
 // rows of ranks that ran no load.
 struct Labels {
   double solo = 0, loaded = 0, beside = 0;
@@ -120,9 +119,9 @@ Labels labels_of(const std::vector<std::string>& lines) {
     std::vector<std::string> cells;
     std::string cell;
     while (std::getline(row, cell, ',')) cells.push_back(cell);
-    if (cells.size() != 20u) continue;
-    const double label = std::stod(cells[19]), colocated = std::stod(cells[12]);
-    const bool solo = cells[16] == "-1", here = cells[16] == cells[1];
+    if (cells.size() != 18u) continue;
+    const double label = std::stod(cells[17]), colocated = std::stod(cells[10]);
+    const bool solo = cells[14] == "-1", here = cells[14] == cells[1];
     if (solo) {
       out.solo += label;
       ++out.solo_rows;
@@ -230,7 +229,7 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
     std::ofstream out(csv);
     out << "layer,layer_solo_ms,layer_param_bytes,layer_output_bytes,layer_activation_bytes,"
            "cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s,"
-           "colocated_cpu_per_s,slowdown\n";
+           "colocated_threads,slowdown\n";
     std::mt19937 rng(1);
     std::uniform_real_distribution<double> u(0, 1);
     for (int i = 0; i < 800; ++i) {
@@ -246,7 +245,7 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   const auto r =
       run_cli("fit-slowdown --data " + csv + " --out " + model + " --seed 3 --threads 1");
   ASSERT_EQ(r.status, 0) << r.output;
-  expect_all(r.output, {"800 rows, 10 features (strata-cpu-3: layer_solo_ms,layer_param_bytes,",
+  expect_all(r.output, {"800 rows, 8 features (strata-cpu-3: layer_solo_ms,layer_param_bytes,",
                         "held out 160 rows", "forest: 128 trees", "wrote " + model,
                         "weighted by layer_solo_ms (as a stage's slowdown): MAE forest ",
                         "random forest (XGBoost)", "linear regression (least squares)"});
@@ -260,10 +259,10 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   const std::string counters = dir + "/counters.json";
   std::ofstream(counters) << R"([{"cpu_util_mean": 0.3, "cpu_util_max": 0.5, "runq_per_core": 1.0,)"
                           << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0,)"
-                          << R"( "colocated_cpu_per_s": 0.0},)"
+                          << R"( "colocated_threads": 0.0},)"
                           << R"( {"cpu_util_mean": 1.0, "cpu_util_max": 0.5, "runq_per_core": 4.0,)"
                           << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0,)"
-                          << R"( "colocated_cpu_per_s": 0.0}])";
+                          << R"( "colocated_threads": 0.0}])";
   const auto p = run_cli(plan_command(write_profile(dir)) + " --slowdown-model " + model +
                          " --rank-counters " + counters);
   ASSERT_EQ(p.status, 0) << p.output;
