@@ -12,10 +12,11 @@
 //   then four counters of colocation.h (feature_counter_names(): cpu_util_mean, cpu_util_max,
 //   runq_per_core, colocated_threads), normalized there.
 // "strata-cpu-2" had the process's run delay and preemptions per CPU second instead of
-// colocated_threads. In training they measured how MPI waits (Open MPI polls for messages, so an
-// emulated device's rank showed 5000-7700 preemptions and 30-37 s of run delay per CPU second,
-// against 0-800 and 0.5-19 in the profile, whose ranks compute between barriers): the forest
-// predicted from values it never saw. And every rank of a machine read the same machine-wide
+// colocated_threads. In training they followed how a pipeline rank waits for its messages, not
+// the load (emulated-device ranks under mpirun showed 340-7700 preemptions per CPU second before
+// any load and 30-37 s of run delay per CPU second with one, against 0-800 and 0.5-19 in the
+// profile, whose ranks compute between barriers): the forest predicted from values it never
+// saw. And every rank of a machine read the same machine-wide
 // counters, so it could not tell the loaded rank from the others; colocated_threads (the
 // co-located load's threads on the rank's device) does. The monitor still samples and records
 // the process's counters (counter_names()).
