@@ -6,9 +6,7 @@
 
 namespace strata::parallel::dynpipe {
 
-std::vector<std::string> feature_counter_names() {
-  return {"cpu_util_mean", "cpu_util_max", "runq_per_core", "colocated_threads"};
-}
+std::vector<std::string> feature_counter_names() { return {"colocated_threads"}; }
 
 std::vector<std::string> slowdown_features() {
   std::vector<std::string> f = {"layer_solo_ms", "layer_param_bytes", "layer_output_bytes",

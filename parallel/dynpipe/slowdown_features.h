@@ -9,17 +9,19 @@
 //                           least it measured per step so far; under an emulated device, its
 //                           emulated time)
 //   layer_param_bytes, layer_output_bytes (per sample), layer_activation_bytes (per sample)
-//   then four counters of colocation.h (feature_counter_names(): cpu_util_mean, cpu_util_max,
-//   runq_per_core, colocated_threads), normalized there.
-// "strata-cpu-2" had the process's run delay and preemptions per CPU second instead of
-// colocated_threads. In training they followed how a pipeline rank waits for its messages, not
-// the load (emulated-device ranks under mpirun showed 340-7700 preemptions per CPU second before
-// any load and 30-37 s of run delay per CPU second with one, against 0-800 and 0.5-19 in the
-// profile, whose ranks compute between barriers): the forest predicted from values it never
-// saw. And every rank of a machine read the same machine-wide
-// counters, so it could not tell the loaded rank from the others; colocated_threads (the
-// co-located load's threads on the rank's device) does. The monitor still samples and records
-// the process's counters (counter_names()).
+//   then one counter of colocation.h (feature_counter_names()): colocated_threads, the
+//   co-located load's threads on the rank's device (on a CPU or waiting for one).
+// "strata-cpu-2" had the machine's utilization and run queue per core and the process's run delay
+// and preemptions per CPU second instead. In training they followed the pipeline itself, not the
+// load: emulated-device ranks under mpirun showed a run queue of 4.2-4.9 per core and 340-7700
+// preemptions per CPU second before any load (the ranks waiting for their messages), and 30-37 s
+// of run delay per CPU second with one, against the profile's 2.2-6.3, 0-800 and 0.5-19, where a
+// long run queue marked the loaded windows. The forest predicted 2-3 for unloaded stages from
+// them (and in the first version of this set, which kept utilization and run queue beside
+// colocated_threads, still 2-3 under a sleep that no counter shows). And every rank of a machine
+// read the same machine-wide counters, so it could not tell the loaded rank from the others;
+// colocated_threads does. The monitor still samples and records every counter
+// (counter_names()).
 #pragma once
 
 #include <map>

@@ -81,10 +81,10 @@ TEST(DynPipeFeatures, AProfileRowAndAMonitorRowOfOneWindowAreTheSame) {
   ASSERT_EQ(profile_row.size(), slowdown_features().size());
   EXPECT_EQ(slowdown_features()[0], "layer_solo_ms");
   EXPECT_DOUBLE_EQ(profile_row[0], 0.75);
-  EXPECT_DOUBLE_EQ(profile_row[6], 2.0);  // runq_per_core: 4 over 2 cores
   // colocated_threads: the load's 3 s on a CPU and 1 s waiting for one, in 2 s
-  EXPECT_DOUBLE_EQ(profile_row[7], 2.0);
-  // The process's own run delay and preemptions are the monitor's, not features.
+  EXPECT_DOUBLE_EQ(profile_row[4], 2.0);
+  // The machine's counters and the process's own are the monitor's, not features.
+  EXPECT_DOUBLE_EQ(sample.counters.runq_per_core, 2.0);        // 4 over 2 cores
   EXPECT_DOUBLE_EQ(sample.counters.run_delay_per_cpu_s, 0.8);  // 0.4 s over 0.5 s of CPU
   EXPECT_DOUBLE_EQ(sample.counters.preempt_per_cpu_s, 60.0);   // 30 over 0.5 s of CPU
 }
@@ -111,9 +111,9 @@ void generated(size_t n, std::vector<float>* x, std::vector<float>* y) {
     std::vector<float> row(f);
     for (float& v : row) v = u(rng);
     const bool loaded = i % 2 == 1;
-    row[7] = loaded ? 1.0f + 2.0f * u(rng) : 0.02f * u(rng);  // colocated_threads
+    row[4] = loaded ? 1.0f + 2.0f * u(rng) : 0.02f * u(rng);  // colocated_threads
     x->insert(x->end(), row.begin(), row.end());
-    y->push_back(loaded ? 1.0f + row[7] : 0.95f + 0.1f * u(rng));
+    y->push_back(loaded ? 1.0f + row[4] : 0.95f + 0.1f * u(rng));
   }
 }
 
@@ -157,10 +157,10 @@ TEST(DynPipeFeatures, AModelOfAnotherFeatureSetIsRefusedNamingWhatDiffers) {
   const std::string message = throws_message([&] { ForestModel::load(path, slowdown_features()); });
   for (const std::string& part :
        {"slowdown model '" + path + "' was trained on another feature set: 'custom', 10 features",
-        std::string("expected 'strata-cpu-3', 8 (layer_solo_ms,"),
-        std::string("the file lacks runq_per_core,colocated_threads"),
-        std::string("the file has extra procs_running,ctxt_per_s,voluntary_cs_per_s,"
-                    "involuntary_cs_per_s")}) {
+        std::string("expected 'strata-cpu-3', 5 (layer_solo_ms,"),
+        std::string("the file lacks colocated_threads"),
+        std::string("the file has extra cpu_util_mean,cpu_util_max,procs_running,ctxt_per_s,"
+                    "voluntary_cs_per_s,involuntary_cs_per_s")}) {
     EXPECT_NE(message.find(part), std::string::npos) << message;
   }
   // Predicting in training with it is refused too, by the set's name.
@@ -185,8 +185,8 @@ TEST(DynPipeFeatures, AForestOfTheSetTellsAnUnloadedRowFromALoadedOne) {
   const ForestModel forest = fit(slowdown_features(), x, y, 32);
   const size_t f = slowdown_features().size();
   std::vector<float> unloaded(f, 0.5f), loaded(f, 0.5f);
-  unloaded[7] = 0.0f;
-  loaded[7] = 2.0f;
+  unloaded[4] = 0.0f;
+  loaded[4] = 2.0f;
   EXPECT_NEAR(forest.predict(unloaded.data()), 1.0, 0.15);
   EXPECT_GT(forest.predict(loaded.data()), 1.5);
 }

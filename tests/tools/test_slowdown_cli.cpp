@@ -64,8 +64,8 @@ std::string plan_command(const std::string& profile) {
 
 const char* kColocationHeader =
     "layer,rank,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,layer_activation_bytes,"
-    "cpu_util_mean,cpu_util_max,runq_per_core,colocated_threads,load_threads,load_duty,load_memory,"
-    "load_rank,colocated_ms,layer_slowdown,slowdown";
+    "colocated_threads,load_threads,load_duty,load_memory,load_rank,colocated_ms,layer_slowdown,"
+    "slowdown";
 
 // The rows of a co-location CSV: as many solo rows as loaded per rank (a solo window before
 // each loaded one and after the last), a layer's ratio colocated / solo, and the target the
@@ -81,20 +81,20 @@ std::set<std::string> check_rows(const std::vector<std::string>& lines, size_t w
     std::vector<std::string> cells;
     std::string cell;
     while (std::getline(row, cell, ',')) cells.push_back(cell);
-    EXPECT_EQ(cells.size(), 18u) << lines[i];
-    if (cells.size() != 18u) continue;
+    EXPECT_EQ(cells.size(), 15u) << lines[i];
+    if (cells.size() != 15u) continue;
     ranks.insert(cells[1]);
     window_ids.insert(cells[2]);
-    const bool solo = cells[11] == "0";
+    const bool solo = cells[8] == "0";
     if (!solo) ++loaded;
-    EXPECT_EQ(cells[14] == "-1", solo) << lines[i];  // load_rank
+    EXPECT_EQ(cells[11] == "-1", solo) << lines[i];  // load_rank
     EXPECT_GT(std::stod(cells[3]), 0.0) << lines[i];
-    EXPECT_NEAR(std::stod(cells[16]), std::stod(cells[15]) / std::stod(cells[3]), 1e-4) << lines[i];
+    EXPECT_NEAR(std::stod(cells[13]), std::stod(cells[12]) / std::stod(cells[3]), 1e-4) << lines[i];
     std::vector<double>& s = sums[cells[1] + "/" + cells[2]];
     s.resize(3, 0.0);
     s[0] += std::stod(cells[3]);
-    s[1] += std::stod(cells[15]);
-    s[2] = std::stod(cells[17]);
+    s[1] += std::stod(cells[12]);
+    s[2] = std::stod(cells[14]);
   }
   for (const auto& [key, s] : sums) EXPECT_NEAR(s[2], s[1] / s[0], 1e-4 * s[2]) << key;
   EXPECT_EQ(window_ids.size(), windows);
@@ -119,9 +119,9 @@ Labels labels_of(const std::vector<std::string>& lines) {
     std::vector<std::string> cells;
     std::string cell;
     while (std::getline(row, cell, ',')) cells.push_back(cell);
-    if (cells.size() != 18u) continue;
-    const double label = std::stod(cells[17]), colocated = std::stod(cells[10]);
-    const bool solo = cells[14] == "-1", here = cells[14] == cells[1];
+    if (cells.size() != 15u) continue;
+    const double label = std::stod(cells[14]), colocated = std::stod(cells[7]);
+    const bool solo = cells[11] == "-1", here = cells[11] == cells[1];
     if (solo) {
       out.solo += label;
       ++out.solo_rows;
@@ -233,19 +233,19 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<double> u(0, 1);
     for (int i = 0; i < 800; ++i) {
-      const double util = u(rng), runq = 4 * u(rng), solo = u(rng);
-      // Slow only past a run queue of 2 per core, more for short layers.
-      const double y = 1 + (runq > 2 ? (runq - 2) * (1.5 - solo) : 0.0) + 0.3 * util * util;
+      const double util = u(rng), load = 4 * u(rng), solo = u(rng);
+      // Slow only past 2 co-located load threads, more for short layers.
+      const double y = 1 + (load > 2 ? (load - 2) * (1.5 - solo) : 0.0);
       out << "l" << i << "," << solo << "," << 1e5 * u(rng) << "," << 1e3 * u(rng) << ","
-          << 1e3 * u(rng) << "," << util << "," << u(rng) << "," << runq << "," << u(rng) << ","
-          << 10 * u(rng) << "," << u(rng) << "," << y << "\n";
+          << 1e3 * u(rng) << "," << util << "," << u(rng) << "," << 4 * u(rng) << "," << u(rng)
+          << "," << 10 * u(rng) << "," << load << "," << y << "\n";
     }
   }
   const std::string model = dir + "/forest.json";
   const auto r =
       run_cli("fit-slowdown --data " + csv + " --out " + model + " --seed 3 --threads 1");
   ASSERT_EQ(r.status, 0) << r.output;
-  expect_all(r.output, {"800 rows, 8 features (strata-cpu-3: layer_solo_ms,layer_param_bytes,",
+  expect_all(r.output, {"800 rows, 5 features (strata-cpu-3: layer_solo_ms,layer_param_bytes,",
                         "held out 160 rows", "forest: 128 trees", "wrote " + model,
                         "weighted by layer_solo_ms (as a stage's slowdown): MAE forest ",
                         "random forest (XGBoost)", "linear regression (least squares)"});
@@ -255,14 +255,14 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   EXPECT_LT(ratio, 0.6) << r.output;
   EXPECT_GT(ratio, 0.0) << r.output;
 
-  // A plan with the forest: rank 1's counters say its cores are taken.
+  // A plan with the forest: rank 1's counters say a load of 4 threads shares its device.
   const std::string counters = dir + "/counters.json";
   std::ofstream(counters) << R"([{"cpu_util_mean": 0.3, "cpu_util_max": 0.5, "runq_per_core": 1.0,)"
                           << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0,)"
                           << R"( "colocated_threads": 0.0},)"
                           << R"( {"cpu_util_mean": 1.0, "cpu_util_max": 0.5, "runq_per_core": 4.0,)"
                           << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0,)"
-                          << R"( "colocated_threads": 0.0}])";
+                          << R"( "colocated_threads": 4.0}])";
   const auto p = run_cli(plan_command(write_profile(dir)) + " --slowdown-model " + model +
                          " --rank-counters " + counters);
   ASSERT_EQ(p.status, 0) << p.output;
@@ -288,9 +288,10 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   std::ofstream(dir + "/partial.json") << R"([{"cpu_util_mean": 0.3}, {"cpu_util_mean": 1.0}])";
   const auto partial = run_cli(plan_command(dir + "/uniform.json") + " --slowdown-model " + model +
                                " --rank-counters " + dir + "/partial.json");
-  EXPECT_TRUE(contains(partial.output,
-                       "the counter 'cpu_util_max' of feature set strata-cpu-3 is not among rank "
-                       "0's counters"))
+  EXPECT_TRUE(
+      contains(partial.output,
+               "the counter 'colocated_threads' of feature set strata-cpu-3 is not among rank "
+               "0's counters"))
       << partial.output;
   // A forest of other columns (--features) is for study: plan refuses it by what differs.
   const auto custom = run_cli("fit-slowdown --data " + csv + " --out " + dir +
