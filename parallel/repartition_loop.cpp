@@ -232,7 +232,34 @@ void RepartitionLoop::check_measured(const RepartitionInput& in, const Partition
     d.reason += why.str();
     rejected_.erase(rejected);
   }
-  last_move_ = Move{current, proposed, measured};
+  // The layout's measurement the move is judged against: the window's, or, when the stages'
+  // latest monitor interval (the steps just before the decision) measured slower than the
+  // window by more than kRetryMargins margins (a slowdown began late in the window, which a
+  // policy reading fresh counters reacts to at once), that interval's. Judged against the
+  // window's steps from before the slowdown, a move that recovers from it measured "slower"
+  // and was undone.
+  double before = measured;
+  if (monitor_) {
+    std::vector<double> sum(static_cast<size_t>(stages_), 0.0);
+    std::vector<int> seen(static_cast<size_t>(stages_), 0);
+    for (const dynpipe::MonitorSample& s : monitor_->latest()) {
+      if (s.seq == 0 || s.steps <= 0 || s.stage < 0 || s.stage >= stages_) continue;
+      sum[static_cast<size_t>(s.stage)] += s.busy_seconds / static_cast<double>(s.steps);
+      ++seen[static_cast<size_t>(s.stage)];
+    }
+    double recent = 0.0;
+    for (size_t st = 0; st < sum.size(); ++st) {
+      if (seen[st] > 0) recent = std::max(recent, sum[st] / seen[st]);
+    }
+    if (recent > measured * (1.0 + kRetryMargins * margin)) {
+      before = recent;
+      std::ostringstream why;
+      why << "; judged against the latest monitor interval's slowest stage, " << 1000 * recent
+          << " ms/step (the window's: " << 1000 * measured << ")";
+      d.reason += why.str();
+    }
+  }
+  last_move_ = Move{current, proposed, before};
 }
 
 void RepartitionLoop::check_memory(RepartitionDecision* d) const {

@@ -28,7 +28,7 @@ CLI::App* add_fit_slowdown_command(CLI::App& app, FitSlowdownOptions& o) {
   cmd->add_option("--out", o.out, "Write the forest to this file (XGBoost JSON + feature set)")
       ->required();
   cmd->add_option("--features", o.features,
-                  "Comma-separated feature columns (empty = feature set strata-cpu-2, the columns "
+                  "Comma-separated feature columns (empty = feature set strata-cpu-3, the columns "
                   "strata profile --colocation writes and training provides; a model of other "
                   "columns is for study: plan and train refuse it)");
   cmd->add_option("--holdout", o.holdout,

@@ -11,7 +11,11 @@
 // Training's conditions (what the rows must cover):
 //  - --inject "kind=device,factor=X": every layer lasts X times its CPU time, the process sleeping
 //    the rest, by the injector training uses (parallel/runtime/injector.h), so the layer times,
-//    the sleeps and the counters are an emulated device's as in `strata train --inject`.
+//    the sleeps and the counters are an emulated device's as in `strata train --inject`. A
+//    loaded window's load shares the emulated device of the rank whose process runs it as
+//    training's --inject kind=load does (Injector::set_colocated_load: the same factor, 1 +
+//    threads x duty, in the same place): without it the device's sleeps absorbed the load and
+//    the loaded labels were about 1.
 //  - Under mpirun (-np N), every rank profiles at once, as training's ranks share the machine's
 //    cores: the windows start together (a barrier), a loaded window's load runs in one rank's
 //    process (drawn by --seed; the others profile beside it), and rank 0 writes every rank's rows.
@@ -202,7 +206,9 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
     w.load = spec;
     w.load_rank = spec.threads > 0 ? load_rank : -1;
     if (world != nullptr) world->barrier("co-location window");
-    dp::LoadGenerator load(rank == w.load_rank ? spec : dp::LoadSpec{});
+    const bool loaded_here = rank == w.load_rank;
+    dp::LoadGenerator load(loaded_here ? spec : dp::LoadSpec{});
+    if (injector) injector->set_colocated_load(loaded_here ? spec.threads : 0, spec.duty);
     // Let the load's threads start before the window opens.
     std::this_thread::sleep_for(std::chrono::milliseconds(spec.threads > 0 ? 30 : 0));
     std::fill(layer_s.begin(), layer_s.end(), 0.0);
@@ -211,6 +217,7 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
     run_steps(o.steps);
     w.counters = counters.finish();
     load.stop();
+    if (injector) injector->set_colocated_load(0, 1.0);
     for (size_t l = 0; l < L; ++l) {
       w.layer_ms.push_back(samples > 0 ? 1e3 * layer_s[l] / static_cast<double>(samples) : 0.0);
     }
@@ -252,8 +259,9 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
         static_cast<long long>(o.steps), cores, describe_threads(ctx).c_str(),
         device.empty() ? "" : (", emulated device " + device[0].text).c_str(), ranks,
         ranks == 1 ? "" : "s");
-    std::printf("  rank 0's windows:\n  %-6s %-36s %7s %7s %7s %9s %9s %7s %9s\n", "window", "load",
-                "util", "maxutil", "runq/c", "delay/cpu", "preempt/s", "cpu/s", "slowdown");
+    std::printf("  rank 0's windows:\n  %-6s %-36s %7s %7s %7s %9s %9s %7s %7s %9s\n", "window",
+                "load", "util", "maxutil", "runq/c", "delay/cpu", "preempt/s", "cpu/s", "load",
+                "slowdown");
   }
   for (size_t wi = 0; wi < windows.size(); ++wi) {
     const Window& w = windows[wi];
@@ -289,10 +297,11 @@ int profile(const ProfileOptions& o, parallel::Communicator* world) {
     if (rank == 0) {
       std::string load = dp::describe_load(w.load);
       if (w.load_rank >= 0 && ranks > 1) load += " in rank " + std::to_string(w.load_rank);
-      std::printf("  %-6zu %-36s %7.3f %7.3f %7.2f %9.3f %9.0f %7.3f %9.3f\n", wi, load.c_str(),
-                  w.counters.cpu_util_mean, w.counters.cpu_util_max, w.counters.runq_per_core,
-                  w.counters.run_delay_per_cpu_s, w.counters.preempt_per_cpu_s,
-                  w.counters.cpu_per_s, stage_slowdown);
+      std::printf("  %-6zu %-36s %7.3f %7.3f %7.2f %9.3f %9.0f %7.3f %7.3f %9.3f\n", wi,
+                  load.c_str(), w.counters.cpu_util_mean, w.counters.cpu_util_max,
+                  w.counters.runq_per_core, w.counters.run_delay_per_cpu_s,
+                  w.counters.preempt_per_cpu_s, w.counters.cpu_per_s, w.counters.colocated_threads,
+                  stage_slowdown);
     }
   }
   const std::string all = gather_text(world, rows_text.str());

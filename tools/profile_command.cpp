@@ -51,7 +51,9 @@ CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o) {
   cmd->add_option("--inject", o.inject,
                   "--colocation: an emulated device, as strata train's --inject "
                   "\"kind=device,factor=X\" (each layer lasts X times its CPU time, sleeping the "
-                  "rest): profile under the device training runs on (only kind=device)");
+                  "rest): profile under the device training runs on (only kind=device); a "
+                  "loaded window's load shares the device of the rank that runs it as train's "
+                  "kind=load does (its layers last 1 + threads x duty times longer)");
   return cmd;
 }
 

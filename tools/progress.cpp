@@ -214,7 +214,8 @@ void ConsoleReporter::on_monitor(const parallel::dynpipe::MonitorSample& m) {
                    {"cpu_util_max", m.counters.cpu_util_max},
                    {"runq_per_core", m.counters.runq_per_core},
                    {"run_delay_per_cpu_s", m.counters.run_delay_per_cpu_s},
-                   {"preempt_per_cpu_s", m.counters.preempt_per_cpu_s}});
+                   {"preempt_per_cpu_s", m.counters.preempt_per_cpu_s},
+                   {"colocated_threads", m.counters.colocated_threads}});
 }
 
 }  // namespace strata::tools

@@ -159,9 +159,12 @@ CpuSnapshot read_cpu_snapshot(const std::vector<int>& exclude) {
     while (dirent* e = readdir(dir)) {
       if (e->d_name[0] == '.') continue;
       const int tid = std::atoi(e->d_name);
-      if (std::find(exclude.begin(), exclude.end(), tid) != exclude.end()) continue;
       const std::string task = std::string("/proc/self/task/") + e->d_name;
-      if (read_task_name(task).rfind(load_name, 0) == 0) continue;
+      if (read_task_name(task).rfind(load_name, 0) == 0) {
+        read_task_schedstat(task, &s.load_exec_ns, &s.load_delay_ns);
+        continue;
+      }
+      if (std::find(exclude.begin(), exclude.end(), tid) != exclude.end()) continue;
       if (!read_task_switches(task + "/status", &s.voluntary, &s.involuntary)) continue;
       read_task_schedstat(task, &s.exec_ns, &s.run_delay_ns);
     }
@@ -191,6 +194,8 @@ CpuCounters counters_between(const CpuSnapshot& a, const CpuSnapshot& b,
   };
   const double cpu_s = 1e-9 * diff(a.exec_ns, b.exec_ns);
   c.cpu_per_s = cpu_s / dt;
+  c.colocated_threads =
+      1e-9 * (diff(a.load_exec_ns, b.load_exec_ns) + diff(a.load_delay_ns, b.load_delay_ns)) / dt;
   // Below a millisecond of CPU the ratios are noise: none.
   if (cpu_s >= 1e-3) {
     c.run_delay_per_cpu_s = 1e-9 * diff(a.run_delay_ns, b.run_delay_ns) / cpu_s;
@@ -200,13 +205,13 @@ CpuCounters counters_between(const CpuSnapshot& a, const CpuSnapshot& b,
 }
 
 std::vector<std::string> counter_names() {
-  return {"cpu_util_mean", "cpu_util_max", "runq_per_core", "run_delay_per_cpu_s",
-          "preempt_per_cpu_s"};
+  return {"cpu_util_mean",       "cpu_util_max",      "runq_per_core",
+          "run_delay_per_cpu_s", "preempt_per_cpu_s", "colocated_threads"};
 }
 
 std::vector<double> counter_values(const CpuCounters& c) {
-  return {c.cpu_util_mean, c.cpu_util_max, c.runq_per_core, c.run_delay_per_cpu_s,
-          c.preempt_per_cpu_s};
+  return {c.cpu_util_mean,       c.cpu_util_max,      c.runq_per_core,
+          c.run_delay_per_cpu_s, c.preempt_per_cpu_s, c.colocated_threads};
 }
 
 CpuCounters counters_from_values(const std::vector<double>& v) {
@@ -217,6 +222,7 @@ CpuCounters counters_from_values(const std::vector<double>& v) {
   c.runq_per_core = v[2];
   c.run_delay_per_cpu_s = v[3];
   c.preempt_per_cpu_s = v[4];
+  c.colocated_threads = v[5];
   return c;
 }
 

@@ -75,11 +75,15 @@ struct CpuSnapshot {
   // for one (the scheduler's run delay), nanoseconds. Zero where the kernel lacks schedstat.
   uint64_t exec_ns = 0;
   uint64_t run_delay_ns = 0;
+  // This process's co-located load's threads (named kLoadThreadName*): time on a CPU and time
+  // runnable waiting for one, ns.
+  uint64_t load_exec_ns = 0;
+  uint64_t load_delay_ns = 0;
   double seconds = 0.0;  // steady clock
 };
 // Reads /proc/stat and /proc/self/task/*/{status,schedstat}, leaving out the threads `exclude`
-// and those named kLoadThreadName*. Throws strata::Error naming the file when /proc/stat cannot
-// be read or parsed.
+// and those named kLoadThreadName* (whose schedstat goes to load_exec_ns and load_delay_ns alone).
+// Throws strata::Error naming the file when /proc/stat cannot be read or parsed.
 CpuSnapshot read_cpu_snapshot(const std::vector<int>& exclude = {});
 
 // Counters over a window, normalized so that a row means the same on a machine of other size
@@ -91,18 +95,29 @@ CpuSnapshot read_cpu_snapshot(const std::vector<int>& exclude = {});
 //    per second of CPU the process got (0: never waited for a core; 1: waited as long as it
 //    ran), and involuntary switches (preemptions) per CPU second. Voluntary switches are left
 //    out: they count how the code waits (sleeps of an emulated device, a pipeline's receives),
-//    not interference.
+//    not interference;
+//  - the co-located load on this process's device: the mean number of the process's threads
+//    named kLoadThreadName (training's --inject kind=load, the profile's LoadGenerator) that are
+//    on a CPU or runnable waiting for one ((their CPU time + run delay) / wall time). It counts
+//    what the load asks for, not what a busy machine's cores give it (its CPU time alone
+//    saturates: on 2 busy cores 2 and 4 spinning threads got the same), so it is the load's
+//    threads x duty. With an emulated device per process (--inject kind=device) the process is
+//    the device, and this is what a GPU's counters show of a co-located task's kernels: the
+//    counter that tells the loaded rank from its neighbours, whose machine-wide counters are
+//    the same (strata-cpu-2 lacked it: the forest could not tell them apart).
 struct CpuCounters {
   double cpu_util_mean = 0.0;        // busy / total over the window, mean over cores, in [0, 1]
   double cpu_util_max = 0.0;         // of the busiest core
   double runq_per_core = 0.0;        // mean run queue (procs_running) over the cores
   double run_delay_per_cpu_s = 0.0;  // this process: run delay / CPU time
   double preempt_per_cpu_s = 0.0;    // this process: involuntary switches / CPU second
+  double colocated_threads = 0.0;    // this process's load threads: (CPU + run delay) / wall
   double cpu_per_s = 0.0;            // this process: CPU seconds per wall second (not a feature)
 };
 // `mean_procs_running`: the run queue over the window (the mean of samples).
 CpuCounters counters_between(const CpuSnapshot& a, const CpuSnapshot& b, double mean_procs_running);
-// Names of the counters that are features (slowdown_features.h), in order, and their values.
+// Names of the counters the monitor samples and records, in order, and their values. The
+// slowdown model's features are some of them (slowdown_features.h: feature_counter_names).
 std::vector<std::string> counter_names();
 std::vector<double> counter_values(const CpuCounters& c);
 // counter_values' inverse (a monitor's sample off the all-reduce). Throws for another count.

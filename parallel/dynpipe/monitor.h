@@ -38,7 +38,7 @@ class StageMonitor {
   // interval_ms > 0. `world`: the ranks of the all-reduce.
   StageMonitor(double interval_ms, int rank, int stage, int group, int world);
   // Values per rank in the all-reduce.
-  static constexpr size_t kWidth = 13;  // 8 + counter_names()
+  static constexpr size_t kWidth = 14;  // 8 + counter_names()
   // After step `step` (from 0) with `busy_seconds` of compute: this rank's share of the all-reduce
   // (world x kWidth values, its latest sample in its slot).
   std::vector<double> contribution(int64_t step, double busy_seconds);

@@ -22,10 +22,12 @@
 //    slower (the dynpipe-no-rf slowdown) than the model predicts for it, the rank's predictions
 //    for every candidate are raised by that ratio (the model keeps how the slowdown varies with
 //    the layers placed there, the measurement sets its least level). Where the model predicts
-//    more than was measured, the prediction stands (fresh counters may show a load the window's
-//    times do not yet). The paper's forest takes the per-stage times among its runtime inputs;
-//    without this, a slowdown that leaves no trace in the counters left dynpipe behind
-//    dynpipe-no-rf (tools/bench/dynpipe_recovery.py).
+//    more than was measured, the prediction stands: fresh counters show a load the window's
+//    times do not yet (a load that began late in the window), which is where the model is ahead
+//    of dynpipe-no-rf, and each candidate's prediction is the forest's on its own layers. The
+//    paper's forest takes the per-stage times among its runtime inputs; without this, a slowdown
+//    that leaves no trace in the counters left dynpipe behind dynpipe-no-rf
+//    (tools/bench/dynpipe_recovery.py).
 //  - pipedream-re: PipeDream's partitioner re-run on the per-layer costs measured as they ran
 //    (slowdown included, no slowdown model), at the loop's decisions; with --repartition-every
 //    set to the epoch's steps (the trainer's default for it) that is PipeDream restarted at epoch

@@ -92,8 +92,8 @@ std::vector<double> measured_slowdowns(const std::vector<LayerCost>& layers,
 // The forest's prediction per candidate stage: each layer's row of feature set kFeatureSet
 // (slowdown_features.h: the same function as the profile's rows), from the layer (layer_solo_ms =
 // forward + backward ms per sample, parameter, output and activation bytes) and the rank's
-// counters (`rank_counters[rank]`, by counter_names()); a stage's slowdown is the
-// solo-time-weighted mean of its layers' (clamped below at 1e-3). Predictions are made once per
+// counters (`rank_counters[rank]`, by name: feature_counter_names() needed); a stage's slowdown is
+// the solo-time-weighted mean of its layers' (clamped below at 1e-3). Predictions are made once per
 // rank and layer here. Throws strata::Error for a model of another feature set or a counter
 // missing from a rank's.
 SlowdownFn make_forest_slowdown(const ForestModel& model, const std::vector<LayerCost>& layers,

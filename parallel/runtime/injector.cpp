@@ -343,6 +343,17 @@ double Injector::thread_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+double Injector::device_load_factor(double threads, double duty) {
+  return 1.0 + std::max(0.0, threads) * std::clamp(duty, 0.0, 1.0);
+}
+
+void Injector::set_colocated_load(int threads, double duty) {
+  STRATA_CHECK(threads >= 0 && duty > 0 && duty <= 1)
+      << "a co-located load needs threads >= 0 and duty in (0, 1], got " << threads << " threads, "
+      << "duty " << duty;
+  colocated_load_ = device_load_factor(threads, duty);
+}
+
 void Injector::after_layer(size_t layer, bool backward, int64_t step, double seconds) {
   // The CPU time of the layer: this thread's since the instruction began (before()) or the last
   // layer ended, at most the layer's wall time (ops run on this thread; --threads > 1 would count
@@ -359,7 +370,7 @@ void Injector::after_layer(size_t layer, bool backward, int64_t step, double sec
 void Injector::after_layer_cpu(size_t layer, bool, int64_t step, double seconds, double cpu) {
   // Every factor that applies to this layer now multiplies (module doc): the layer is to last
   // `target` seconds in all, and the rank sleeps what is left of it.
-  double slow = 1.0, grow = 1.0, device = 0.0, load = 1.0;
+  double slow = 1.0, grow = 1.0, device = 0.0, load = colocated_load_;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const InjectSpec& s = specs_[i];
     if (!s.applies(rank_, step + 1)) continue;
@@ -373,7 +384,7 @@ void Injector::after_layer_cpu(size_t layer, bool, int64_t step, double seconds,
     } else if (s.kind == "device") {
       device = s.number("factor", 1.0);
     } else if (s.kind == "load" && !load_on_gpu(s)) {
-      load = 1.0 + s.number("threads", 1);
+      load *= device_load_factor(s.number("threads", 1), 1.0);
     }
   }
   const bool emulated = device > 0.0;

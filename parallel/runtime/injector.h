@@ -72,9 +72,10 @@
 // emulated device (a device spec on the rank), kind=load also acts as a factor: a load of N
 // threads shares the device N + 1 ways, the layers last N + 1 times longer (its threads still
 // spin for real, so the rank's counters see them). Without device, load acts only through the
-// cores. trace's sleep, after each instruction, is in proportion to the instruction's time
-// including these sleeps, so it compounds too; straggler delays add.
-// Errors name --inject, the spec and the key.
+// cores. A load someone else runs in the rank's process (strata profile --colocation's
+// LoadGenerator: set_colocated_load) acts the same way, by the same factor (device_load_factor).
+// trace's sleep, after each instruction, is in proportion to the instruction's time including these
+// sleeps, so it compounds too; straggler delays add. Errors name --inject, the spec and the key.
 #pragma once
 
 #include <atomic>
@@ -167,6 +168,15 @@ class Injector {
                        double cpu_seconds);
   // This thread's CPU time (seconds).
   static double thread_cpu_seconds();
+  // How many ways a load of `threads` threads, each busy `duty` of the time, shares an emulated
+  // device: 1 + threads x duty (kind=load: duty 1, N + 1).
+  static double device_load_factor(double threads, double duty);
+  // A load that another component runs in this rank's process (`threads` threads busy `duty` of
+  // the time; 0 threads: none), from now on. On an emulated device it multiplies the layers'
+  // time as kind=load does (device_load_factor, in after_layer_cpu beside kind=load's factor);
+  // without one it acts only through the cores. Throws strata::Error for threads < 0 or duty
+  // outside (0, 1].
+  void set_colocated_load(int threads, double duty);
   // Stops the load threads (the end of training); stats() then holds their time.
   void stop_load();
   // kind=load: rounds of arithmetic the load threads have done so far (a round: 1e5 steps).
@@ -198,7 +208,8 @@ class Injector {
   std::map<size_t, double> owed_;                       // slow, grow, device: per layer
   bool has_device_ = false;                             // a kind=device spec applies to this rank
   bool failing_ = false;                                // a kind=fail spec applies to this rank
-  double cpu_mark_ = -1.0;  // this thread's CPU time at the instruction's or layer's end
+  double cpu_mark_ = -1.0;       // this thread's CPU time at the instruction's or layer's end
+  double colocated_load_ = 1.0;  // set_colocated_load's device_load_factor
   bool grow_resolved_ = false;
   // kind=load: the running threads, per spec (empty when not running), and when they started.
   void update_load(int64_t step);

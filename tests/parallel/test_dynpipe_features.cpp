@@ -36,6 +36,10 @@ void window(CpuSnapshot* a, CpuSnapshot* b) {
   b->exec_ns = 2500000000;
   a->run_delay_ns = 100000000;
   b->run_delay_ns = 500000000;
+  a->load_exec_ns = 1000000000;
+  b->load_exec_ns = 4000000000;
+  a->load_delay_ns = 0;
+  b->load_delay_ns = 1000000000;
   a->procs_running = 3;
   b->procs_running = 5;
   a->seconds = 10.0;
@@ -77,9 +81,12 @@ TEST(DynPipeFeatures, AProfileRowAndAMonitorRowOfOneWindowAreTheSame) {
   ASSERT_EQ(profile_row.size(), slowdown_features().size());
   EXPECT_EQ(slowdown_features()[0], "layer_solo_ms");
   EXPECT_DOUBLE_EQ(profile_row[0], 0.75);
-  EXPECT_DOUBLE_EQ(profile_row[6], 2.0);   // runq_per_core: 4 over 2 cores
-  EXPECT_DOUBLE_EQ(profile_row[7], 0.8);   // run_delay_per_cpu_s: 0.4 s over 0.5 s of CPU
-  EXPECT_DOUBLE_EQ(profile_row[8], 60.0);  // preempt_per_cpu_s: 30 over 0.5 s of CPU
+  // colocated_threads: the load's 3 s on a CPU and 1 s waiting for one, in 2 s
+  EXPECT_DOUBLE_EQ(profile_row[4], 2.0);
+  // The machine's counters and the process's own are the monitor's, not features.
+  EXPECT_DOUBLE_EQ(sample.counters.runq_per_core, 2.0);        // 4 over 2 cores
+  EXPECT_DOUBLE_EQ(sample.counters.run_delay_per_cpu_s, 0.8);  // 0.4 s over 0.5 s of CPU
+  EXPECT_DOUBLE_EQ(sample.counters.preempt_per_cpu_s, 60.0);   // 30 over 0.5 s of CPU
 }
 
 ForestModel fit(const std::vector<std::string>& features, const std::vector<float>& x,
@@ -94,8 +101,8 @@ ForestModel fit(const std::vector<std::string>& features, const std::vector<floa
   return ForestModel::fit(d, o);
 }
 
-// n rows of the set: half unloaded (no run delay, slowdown 1 +- 0.05), half loaded (run delay
-// 1 to 3 per CPU second, slowdown 1 + the delay), the other columns random.
+// n rows of the set: half unloaded (no co-located load, slowdown 1 +- 0.05), half loaded (1 to 3
+// of the load's threads, slowdown 1 + the threads), the other columns random.
 void generated(size_t n, std::vector<float>* x, std::vector<float>* y) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
@@ -104,9 +111,9 @@ void generated(size_t n, std::vector<float>* x, std::vector<float>* y) {
     std::vector<float> row(f);
     for (float& v : row) v = u(rng);
     const bool loaded = i % 2 == 1;
-    row[7] = loaded ? 1.0f + 2.0f * u(rng) : 0.02f * u(rng);  // run_delay_per_cpu_s
+    row[4] = loaded ? 1.0f + 2.0f * u(rng) : 0.02f * u(rng);  // colocated_threads
     x->insert(x->end(), row.begin(), row.end());
-    y->push_back(loaded ? 1.0f + row[7] : 0.95f + 0.1f * u(rng));
+    y->push_back(loaded ? 1.0f + row[4] : 0.95f + 0.1f * u(rng));
   }
 }
 
@@ -134,7 +141,7 @@ TEST(DynPipeFeatures, TrainingPredictsOnTheProfilesRow) {
 TEST(DynPipeFeatures, AModelOfAnotherFeatureSetIsRefusedNamingWhatDiffers) {
   if (!forest_available()) GTEST_SKIP() << "built with -DSTRATA_WITH_XGBOOST=OFF";
   const std::string dir = fresh_dir("strata_dynpipe_features");
-  // The set before strata-cpu-2: the raw run queue and switch rates.
+  // The set before strata-cpu-2 (strata-cpu-1): the raw run queue and switch rates.
   const std::vector<std::string> old = {
       "layer_solo_ms",      "layer_param_bytes",   "layer_output_bytes", "layer_activation_bytes",
       "cpu_util_mean",      "cpu_util_max",        "procs_running",      "ctxt_per_s",
@@ -150,10 +157,10 @@ TEST(DynPipeFeatures, AModelOfAnotherFeatureSetIsRefusedNamingWhatDiffers) {
   const std::string message = throws_message([&] { ForestModel::load(path, slowdown_features()); });
   for (const std::string& part :
        {"slowdown model '" + path + "' was trained on another feature set: 'custom', 10 features",
-        std::string("expected 'strata-cpu-2', 9 (layer_solo_ms,"),
-        std::string("the file lacks runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s"),
-        std::string("the file has extra procs_running,ctxt_per_s,voluntary_cs_per_s,"
-                    "involuntary_cs_per_s")}) {
+        std::string("expected 'strata-cpu-3', 5 (layer_solo_ms,"),
+        std::string("the file lacks colocated_threads"),
+        std::string("the file has extra cpu_util_mean,cpu_util_max,procs_running,ctxt_per_s,"
+                    "voluntary_cs_per_s,involuntary_cs_per_s")}) {
     EXPECT_NE(message.find(part), std::string::npos) << message;
   }
   // Predicting in training with it is refused too, by the set's name.
@@ -161,7 +168,7 @@ TEST(DynPipeFeatures, AModelOfAnotherFeatureSetIsRefusedNamingWhatDiffers) {
   for (const std::string& n : counter_names()) counters[n] = 0.0;
   EXPECT_NE(throws_message([&] {
               make_forest_slowdown(other, {LayerCost{}}, {counters});
-            }).find("are not feature set strata-cpu-2"),
+            }).find("are not feature set strata-cpu-3"),
             std::string::npos);
   // A model of the set records its name and loads.
   std::vector<float> sx, sy;
@@ -178,8 +185,8 @@ TEST(DynPipeFeatures, AForestOfTheSetTellsAnUnloadedRowFromALoadedOne) {
   const ForestModel forest = fit(slowdown_features(), x, y, 32);
   const size_t f = slowdown_features().size();
   std::vector<float> unloaded(f, 0.5f), loaded(f, 0.5f);
-  unloaded[7] = 0.0f;
-  loaded[7] = 2.0f;
+  unloaded[4] = 0.0f;
+  loaded[4] = 2.0f;
   EXPECT_NEAR(forest.predict(unloaded.data()), 1.0, 0.15);
   EXPECT_GT(forest.predict(loaded.data()), 1.5);
 }

@@ -78,7 +78,8 @@ TEST(PipeDreamRe, RepartitionsOnTheMeasuredCostsWithoutASlowdownModel) {
   EXPECT_NE(d.reason.find("measured layer costs"), std::string::npos) << d.reason;
 }
 
-// A forest fitted on dynpipe_features() where the slowdown is 1 + 2 x (run queue per core above 3).
+// A forest fitted on dynpipe_features() where the slowdown is 3 with more than 3 co-located load
+// threads on the rank's device, else 1.
 std::string write_forest(const std::string& dir) {
   SlowdownData d;
   d.features = dynpipe_features();
@@ -88,9 +89,9 @@ std::string write_forest(const std::string& dir) {
     std::vector<float> row(d.features.size());
     for (float& v : row) v = u(rng);
     row[0] = 0.1f + u(rng);  // layer_solo_ms
-    row[6] = 6.0f * u(rng);  // runq_per_core
+    row[4] = 6.0f * u(rng);  // colocated_threads
     d.x.insert(d.x.end(), row.begin(), row.end());
-    d.y.push_back(row[6] > 3.0f ? 3.0f : 1.0f);
+    d.y.push_back(row[4] > 3.0f ? 3.0f : 1.0f);
   }
   ForestOptions o;
   o.threads = 1;
@@ -99,10 +100,10 @@ std::string write_forest(const std::string& dir) {
   return path;
 }
 
-std::map<std::string, double> counters(double runq_per_core) {
+std::map<std::string, double> counters(double colocated_threads) {
   std::map<std::string, double> c;
   for (const std::string& n : counter_names()) c[n] = 0.5;
-  c["runq_per_core"] = runq_per_core;
+  c["colocated_threads"] = colocated_threads;
   return c;
 }
 
@@ -116,12 +117,18 @@ TEST(DynpipePolicy, TheModelPredictsSlowdownsFromEachRanksCounters) {
   const std::vector<double> even = {0.01, 0.01, 0.01, 0.01};
   const RepartitionDecision keep = quiet->propose(window(even, {counters(1), counters(1)}));
   EXPECT_FALSE(keep.apply) << keep.reason;
-  // The same layer times, rank 1's run queue long: the model, not the times, moves the layers.
+  // The same layer times, a load on rank 1's device: the model, not the times, moves the layers.
+  // This is where the model is ahead of the measurement: a load that began at the window's end
+  // is in the monitor's latest sample before the window's times show it; dynpipe-no-rf, which
+  // has only those times, keeps the partition until a window measures the slowdown.
   auto loaded = make_policy(o);
   const RepartitionDecision d = loaded->propose(window(even, {counters(1), counters(5)}));
   ASSERT_TRUE(d.apply) << d.reason;
   EXPECT_EQ(d.partition, (Partition{{0, 3}, {3, 4}})) << d.reason;
   EXPECT_NE(d.reason.find("predicted slowdowns"), std::string::npos) << d.reason;
+  const RepartitionDecision measured_only =
+      make_policy(options("dynpipe-no-rf"))->propose(window(even, {counters(1), counters(5)}));
+  EXPECT_FALSE(measured_only.apply) << measured_only.reason;
   // A stage the monitor has not sampled yet: no decision, said so.
   const RepartitionDecision early = loaded->propose(window(even, {counters(1), {}}));
   EXPECT_FALSE(early.apply);

@@ -240,7 +240,7 @@ TEST(DynPipeRepartition, BadInputIsNamed) {
 
 TEST(DynPipeRepartition, ForestPredictsEachCandidateStagesSlowdown) {
   if (!forest_available()) GTEST_SKIP() << "built with -DSTRATA_WITH_XGBOOST=OFF";
-  // Feature set kFeatureSet; slowdown = 1 + 2 x cpu_util_mean, whatever the layer.
+  // Feature set kFeatureSet; slowdown = 1 + 2 x colocated_threads, whatever the layer.
   SlowdownData d;
   d.features = slowdown_features();
   std::mt19937 rng(5);
@@ -259,19 +259,19 @@ TEST(DynPipeRepartition, ForestPredictsEachCandidateStagesSlowdown) {
   const auto layers = layers_of(std::vector<double>(8, 1.0));
   std::map<std::string, double> idle, busy;
   for (const std::string& n : counter_names()) idle[n] = busy[n] = 0.5;
-  idle["cpu_util_mean"] = 0.0;
-  busy["cpu_util_mean"] = 1.0;
+  idle["colocated_threads"] = 0.0;
+  busy["colocated_threads"] = 1.0;
   const SlowdownFn fn = make_forest_slowdown(forest, layers, {idle, busy});
   EXPECT_NEAR(fn(0, {0, 4}), 1.0, 0.15);
   EXPECT_NEAR(fn(1, {4, 8}), 3.0, 0.15);
   const Proposal p = propose(cuts({4, 4}), layers, fn, {});
   EXPECT_TRUE(p.changed);
   EXPECT_EQ(p.partition, cuts({6, 2}));
-  busy.erase("runq_per_core");
+  busy.erase("colocated_threads");
   EXPECT_NE(throws_message([&] {
               make_forest_slowdown(forest, layers, {idle, busy});
             })
-                .find("the counter 'runq_per_core' of feature set strata-cpu-2 is not among "
+                .find("the counter 'colocated_threads' of feature set strata-cpu-3 is not among "
                       "rank 1's counters"),
             std::string::npos);
 }

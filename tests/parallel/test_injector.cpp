@@ -303,6 +303,20 @@ TEST(Inject, DeviceEmulatesLayersAsAFactorOfTheirCpuTime) {
   EXPECT_GE(slept(loaded, 0, 0.002, 0.001), 0.006);
   EXPECT_GE(slept(loaded, 2, 0.002, 0.001), 0.022);
   loaded.stop_load();
+  // A load run by another component in the rank's process (the co-location profile's): the
+  // same factor, 1 + threads x duty (2 threads at 100%: x3 as kind=load's; at 50%: x2).
+  EXPECT_DOUBLE_EQ(Injector::device_load_factor(2, 1.0), 3.0);
+  EXPECT_DOUBLE_EQ(Injector::device_load_factor(2, 0.5), 2.0);
+  Injector profiled(parse_inject("kind=device,factor=8"), 0, 1, 0);
+  profiled.set_colocated_load(2, 1.0);
+  EXPECT_GE(slept(profiled, 0, 0.002, 0.001), 0.022);
+  profiled.set_colocated_load(2, 0.5);  // 8 x 2 x 1 ms = 16 ms, 14 ms slept
+  const double half = slept(profiled, 0, 0.002, 0.001);
+  EXPECT_GE(half, 0.014);
+  EXPECT_LT(half, 0.014 + 0.05);
+  profiled.set_colocated_load(0, 1.0);  // none: the device alone again
+  EXPECT_LT(slept(profiled, 0, 0.002, 0.001), 0.006 + 0.05);
+  expect_error([&] { profiled.set_colocated_load(1, 0.0); }, {"duty in (0, 1]"});
   // Without a device spec a load is no factor (it acts through the cores).
   Injector slow_load(parse_inject("kind=slow,factor=2; kind=load,threads=1"), 0, 1, 0);
   EXPECT_LT(slept(slow_load, 0, 0.002, 0.002), 0.002 + 0.05);

@@ -4,6 +4,10 @@
 // world's sums made by hand for two and four ranks.
 #include <gtest/gtest.h>
 
+#include <memory>
+
+#include "graph/layers.h"
+#include "graph/model.h"
 #include "parallel/repartition_loop.h"
 #include "parallel/vpipe/repartition.h"
 #include "testing/testing.h"
@@ -258,6 +262,79 @@ TEST(RepartitionLoop, OffDoesNothingAndUnsupportedRunsAreRefused) {
   EXPECT_THROW(RepartitionLoop::check(on, false, false, false), Error);
   EXPECT_THROW(RepartitionLoop::check(on, false, true, true), Error);  // async: no swap
   RepartitionLoop::check(on, false, true, false);
+}
+
+// A slowdown that begins on the window's last step: the window measures the slowed stage at a
+// mean of its steps, the monitor's latest interval (a sample per step here) at the slowed step's
+// time. The move is judged against the latter, so the layout it leads to, slower than the
+// window's mean (the slowdown goes on) but faster than the slowed layout, stays; judged against
+// the window's mean it was undone ("moving back"), which undid dynpipe's moves made on fresh
+// counters at the first decision after a load began (tools/bench/dynpipe_recovery.py).
+TEST(RepartitionLoop, AMoveIsJudgedAgainstTheSlowdownThatBeganLateInTheWindow) {
+  const std::vector<std::string> names{"l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7"};
+  graph::Model model("eight", Shape{4});
+  for (const std::string& n : names) model.add(std::make_unique<graph::LinearLayer>(n, 4, 4, true));
+  RepartitionConfig config;
+  config.policy = "vpipe";
+  config.every = 4;
+  config.monitor_interval_ms = 1e-6;  // a sample at every step end
+  std::vector<RepartitionLoop> loops;
+  for (int r = 0; r < 2; ++r) loops.emplace_back(config, names, r, r, 2, 1, 40);
+  for (RepartitionLoop& loop : loops) loop.describe(model, 2, 8.0);
+  RepartitionLoop::Ranges ranges = {{0, 4}, {4, 8}};
+  std::vector<StageMemoryStats> memory(2);
+  const auto reset = [&] {
+    for (int r = 0; r < 2; ++r) {
+      memory[r] = StageMemoryStats{};
+      memory[r].first_layer = ranges[r].first;
+      memory[r].layer_forward_seconds.assign(ranges[r].second - ranges[r].first, 0.0);
+      memory[r].layer_backward_seconds.assign(ranges[r].second - ranges[r].first, 0.0);
+    }
+  };
+  reset();
+  std::vector<RepartitionRecord> records;
+  for (int64_t step = 0; step < 8; ++step) {
+    if (loops[0].due(step)) {
+      ranges = *loops[0].due(step);
+      for (RepartitionLoop& loop : loops) loop.migrated();
+      reset();
+    }
+    // Each layer 1 ms a step; rank 1's 3 ms from step 3 on (its layers, wherever they came from).
+    std::vector<double> busy(2, 0.0);
+    for (int r = 0; r < 2; ++r) {
+      const double t = r == 1 && step >= 3 ? 0.003 : 0.001;
+      for (double& f : memory[r].layer_forward_seconds) f += t;
+      busy[r] = t * static_cast<double>(memory[r].layer_forward_seconds.size());
+    }
+    // The world's sum: rank 1's exchange runs inside rank 0's, and its sum adds both.
+    std::vector<double> m0 = {1.0}, m1 = {1.0}, total;
+    const auto rec = loops[0].exchange(step, memory[0], busy[0], ranges, &m0, [&](auto* v0) {
+      const auto other = loops[1].exchange(step, memory[1], busy[1], ranges, &m1, [&](auto* v1) {
+        ASSERT_EQ(v0->size(), v1->size());
+        total = *v0;
+        for (size_t i = 0; i < total.size(); ++i) total[i] += (*v1)[i];
+        *v1 = total;
+      });
+      EXPECT_FALSE(other);
+      *v0 = total;
+    });
+    if (rec) records.push_back(*rec);
+  }
+  ASSERT_EQ(records.size(), 2u);
+  // After step 4: stage 1 measured (1 + 1 + 3) / 3 ms a layer, its latest step 3 ms: one layer
+  // moves to stage 0, judged against 12 ms/step.
+  EXPECT_TRUE(records[0].decision.apply) << records[0].decision.reason;
+  EXPECT_NE(records[0].decision.reason.find("judged against the latest monitor interval's slowest "
+                                            "stage, 12 ms/step"),
+            std::string::npos)
+      << records[0].decision.reason;
+  // After step 8: stage 1 measures 9 ms/step (three slowed layers), above the window's mean
+  // before the move (6.67 ms) but below the slowed layout's 12: kept.
+  EXPECT_EQ(records[1].decision.reason.find("moving back"), std::string::npos)
+      << records[1].decision.reason;
+  EXPECT_EQ(records[1].current, records[0].proposed);
+  EXPECT_EQ(records[1].decision.reason.find("too short"), std::string::npos)
+      << records[1].decision.reason;
 }
 
 }  // namespace

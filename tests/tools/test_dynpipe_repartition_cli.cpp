@@ -29,22 +29,23 @@ const char* kGpt2 =
     "--train-samples 512 --test-samples 16 --steps 5 --batch-size 8 --micro-batches 4 --seed 5 "
     "--stages 2 --local --partition 0-1,2-3 --threads 1";
 
-// A slowdown model on the features the trainer gives it (feature set strata-cpu-2, strata profile
-// --colocation's columns), fitted by strata fit-slowdown on a synthetic set: slowdown 1 + 2 x
-// (run queue per core above 3).
+// A slowdown model on the features the trainer gives it (feature set strata-cpu-3, strata profile
+// --colocation's columns), fitted by strata fit-slowdown on a synthetic set: slowdown 3 with more
+// than 3 co-located load threads on the rank's device, else 1.
 std::string fit_model(const std::string& dir) {
   const std::string csv = dir + "/synthetic.csv", model = dir + "/forest.json";
   std::ofstream out(csv);
   out << "layer,rank,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,"
          "layer_activation_bytes,cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,"
-         "preempt_per_cpu_s,slowdown\n";
+         "preempt_per_cpu_s,colocated_threads,slowdown\n";
   std::mt19937 rng(2);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (int i = 0; i < 200; ++i) {
-    const double runq = 6 * u(rng);
+    const double load = 6 * u(rng);
     out << "l" << i % 7 << ",0," << i / 7 << "," << u(rng) << "," << 1e5 * u(rng) << ","
-        << 1e3 * u(rng) << "," << 2e3 * u(rng) << "," << u(rng) << "," << u(rng) << "," << runq
-        << "," << u(rng) << "," << 1e2 * u(rng) << "," << (runq > 3 ? 3.0 : 1.0) << "\n";
+        << 1e3 * u(rng) << "," << 2e3 * u(rng) << "," << u(rng) << "," << u(rng) << "," << u(rng)
+        << "," << u(rng) << "," << 1e2 * u(rng) << "," << load << "," << (load > 3 ? 3.0 : 1.0)
+        << "\n";
   }
   out.close();
   const auto r =

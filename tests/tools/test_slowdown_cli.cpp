@@ -64,8 +64,8 @@ std::string plan_command(const std::string& profile) {
 
 const char* kColocationHeader =
     "layer,rank,window,layer_solo_ms,layer_param_bytes,layer_output_bytes,layer_activation_bytes,"
-    "cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s,load_threads,"
-    "load_duty,load_memory,load_rank,colocated_ms,layer_slowdown,slowdown";
+    "colocated_threads,load_threads,load_duty,load_memory,load_rank,colocated_ms,layer_slowdown,"
+    "slowdown";
 
 // The rows of a co-location CSV: as many solo rows as loaded per rank (a solo window before
 // each loaded one and after the last), a layer's ratio colocated / solo, and the target the
@@ -81,26 +81,63 @@ std::set<std::string> check_rows(const std::vector<std::string>& lines, size_t w
     std::vector<std::string> cells;
     std::string cell;
     while (std::getline(row, cell, ',')) cells.push_back(cell);
-    EXPECT_EQ(cells.size(), 19u) << lines[i];
-    if (cells.size() != 19u) continue;
+    EXPECT_EQ(cells.size(), 15u) << lines[i];
+    if (cells.size() != 15u) continue;
     ranks.insert(cells[1]);
     window_ids.insert(cells[2]);
-    const bool solo = cells[12] == "0";
+    const bool solo = cells[8] == "0";
     if (!solo) ++loaded;
-    EXPECT_EQ(cells[15] == "-1", solo) << lines[i];  // load_rank
+    EXPECT_EQ(cells[11] == "-1", solo) << lines[i];  // load_rank
     EXPECT_GT(std::stod(cells[3]), 0.0) << lines[i];
-    EXPECT_NEAR(std::stod(cells[17]), std::stod(cells[16]) / std::stod(cells[3]), 1e-4) << lines[i];
+    EXPECT_NEAR(std::stod(cells[13]), std::stod(cells[12]) / std::stod(cells[3]), 1e-4) << lines[i];
     std::vector<double>& s = sums[cells[1] + "/" + cells[2]];
     s.resize(3, 0.0);
     s[0] += std::stod(cells[3]);
-    s[1] += std::stod(cells[16]);
-    s[2] = std::stod(cells[18]);
+    s[1] += std::stod(cells[12]);
+    s[2] = std::stod(cells[14]);
   }
   for (const auto& [key, s] : sums) EXPECT_NEAR(s[2], s[1] / s[0], 1e-4 * s[2]) << key;
   EXPECT_EQ(window_ids.size(), windows);
   // windows = 2 x loaded + 1: the loaded rows are (windows - 1) / 2 of every windows' rows.
   EXPECT_EQ(loaded * windows, (lines.size() - 1) * (windows - 1) / 2);
   return ranks;
+}
+
+// What a profile's rows say of its loads: the mean label (slowdown) of the solo rows, of the rows
+// of the rank whose process ran the window's load, and of the other ranks' rows in loaded
+// windows; and whether the co-located load's counter (colocated_threads) is zero exactly on the
+// rows of ranks that ran no load.
+struct Labels {
+  double solo = 0, loaded = 0, beside = 0;
+  size_t solo_rows = 0, loaded_rows = 0, beside_rows = 0;
+  bool counter_tells_loaded = true;
+};
+Labels labels_of(const std::vector<std::string>& lines) {
+  Labels out;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::stringstream row(lines[i]);
+    std::vector<std::string> cells;
+    std::string cell;
+    while (std::getline(row, cell, ',')) cells.push_back(cell);
+    if (cells.size() != 15u) continue;
+    const double label = std::stod(cells[14]), colocated = std::stod(cells[7]);
+    const bool solo = cells[11] == "-1", here = cells[11] == cells[1];
+    if (solo) {
+      out.solo += label;
+      ++out.solo_rows;
+    } else if (here) {
+      out.loaded += label;
+      ++out.loaded_rows;
+    } else {
+      out.beside += label;
+      ++out.beside_rows;
+    }
+    if ((colocated > 0) != here) out.counter_tells_loaded = false;
+  }
+  out.solo /= std::max<size_t>(1, out.solo_rows);
+  out.loaded /= std::max<size_t>(1, out.loaded_rows);
+  out.beside /= std::max<size_t>(1, out.beside_rows);
+  return out;
 }
 
 TEST(SlowdownCli, ColocationProfileWritesTheDataSet) {
@@ -112,20 +149,30 @@ TEST(SlowdownCli, ColocationProfileWritesTheDataSet) {
       csv);
   ASSERT_EQ(r.status, 0) << r.output;
   expect_all(r.output, {"co-location profile of", "steps per window", "wrote " + csv,
-                        "feature set strata-cpu-2 (5 windows"});
+                        "feature set strata-cpu-3 (5 windows"});
   const std::vector<std::string> lines = lines_of(csv);
   ASSERT_GE(lines.size(), 2u);
   EXPECT_EQ(check_rows(lines, 5), std::set<std::string>{"0"});
-  // Under an emulated device, as strata train --inject runs it.
+  // Under an emulated device, as strata train --inject runs it: a loaded window's load shares
+  // the device as training's kind=load does (a factor 1 + threads x duty on the layers' time; the
+  // draws of --seed 3 are 2 memory threads at 100%, then at 25%), so the loaded
+  // rows' labels are well above the solo rows' (the device no longer absorbs the load), and
+  // their counters differ by the load's CPU in the process.
   const std::string emulated = dir + "/emulated.csv";
   const auto e = run_cli(
       "profile --colocation --model cnn --size tiny --dataset synthetic-images --batch-size 8 "
-      "--steps 1 --threads 1 --colocation-samples 1 --load-threads 1 --inject "
-      "kind=device,factor=4 --colocation-output " +
+      "--steps 4 --threads 1 --colocation-samples 2 --load-threads 2 --seed 3 --inject "
+      "kind=device,factor=8 --colocation-output " +
       emulated);
   ASSERT_EQ(e.status, 0) << e.output;
-  expect_all(e.output, {"emulated device kind=device,factor=4", "wrote " + emulated});
-  check_rows(lines_of(emulated), 3);
+  expect_all(e.output, {"emulated device kind=device,factor=8", "wrote " + emulated,
+                        "2 memory threads at 100%", "2 memory threads at 25%"});
+  check_rows(lines_of(emulated), 5);
+  const Labels l = labels_of(lines_of(emulated));
+  EXPECT_EQ(l.solo_rows, 36u);
+  EXPECT_EQ(l.loaded_rows, 24u);
+  EXPECT_GT(l.loaded, 1.5 * l.solo) << e.output;
+  EXPECT_TRUE(l.counter_tells_loaded) << e.output;
   // Bad input named by its flag.
   const std::string base =
       "profile --colocation --model cnn --size tiny --dataset synthetic-images --steps 1 ";
@@ -151,8 +198,8 @@ TEST(SlowdownCli, ColocationProfileOnMpiRanks) {
   const std::string cmd =
       strata::testing::mpirun(2) + " " + STRATA_CLI_PATH +
       " profile --colocation --model cnn --size tiny --dataset synthetic-images --batch-size 8 "
-      "--steps 1 --threads 1 --colocation-samples 2 --load-threads 1 --inject "
-      "kind=device,factor=4 --colocation-output " +
+      "--steps 4 --threads 1 --colocation-samples 2 --load-threads 2 --seed 3 --inject "
+      "kind=device,factor=8 --colocation-output " +
       csv + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
@@ -163,6 +210,15 @@ TEST(SlowdownCli, ColocationProfileOnMpiRanks) {
   ASSERT_EQ(pclose(pipe), 0) << output;
   expect_all(output, {"2 ranks", "x 2 ranks", "wrote " + csv});
   EXPECT_EQ(check_rows(lines_of(csv), 5), (std::set<std::string>{"0", "1"}));
+  // The rank whose process ran the load (--seed 3: rank 1, then rank 0) is slowed on its
+  // emulated device, the other only through the shared cores; the co-located load's counter
+  // tells them apart.
+  expect_all(output, {"2 memory threads at 100% in rank 1", "2 memory threads at 25% in rank 0"});
+  const Labels l = labels_of(lines_of(csv));
+  EXPECT_EQ(l.loaded_rows, l.beside_rows);
+  EXPECT_GT(l.loaded, 1.5 * l.solo) << output;
+  EXPECT_GT(l.loaded, l.beside) << output;
+  EXPECT_TRUE(l.counter_tells_loaded) << output;
 }
 #endif
 
@@ -173,23 +229,23 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
     std::ofstream out(csv);
     out << "layer,layer_solo_ms,layer_param_bytes,layer_output_bytes,layer_activation_bytes,"
            "cpu_util_mean,cpu_util_max,runq_per_core,run_delay_per_cpu_s,preempt_per_cpu_s,"
-           "slowdown\n";
+           "colocated_threads,slowdown\n";
     std::mt19937 rng(1);
     std::uniform_real_distribution<double> u(0, 1);
     for (int i = 0; i < 800; ++i) {
-      const double util = u(rng), runq = 4 * u(rng), solo = u(rng);
-      // Slow only past a run queue of 2 per core, more for short layers.
-      const double y = 1 + (runq > 2 ? (runq - 2) * (1.5 - solo) : 0.0) + 0.3 * util * util;
+      const double util = u(rng), load = 4 * u(rng), solo = u(rng);
+      // Slow only past 2 co-located load threads, more for short layers.
+      const double y = 1 + (load > 2 ? (load - 2) * (1.5 - solo) : 0.0);
       out << "l" << i << "," << solo << "," << 1e5 * u(rng) << "," << 1e3 * u(rng) << ","
-          << 1e3 * u(rng) << "," << util << "," << u(rng) << "," << runq << "," << u(rng) << ","
-          << 10 * u(rng) << "," << y << "\n";
+          << 1e3 * u(rng) << "," << util << "," << u(rng) << "," << 4 * u(rng) << "," << u(rng)
+          << "," << 10 * u(rng) << "," << load << "," << y << "\n";
     }
   }
   const std::string model = dir + "/forest.json";
   const auto r =
       run_cli("fit-slowdown --data " + csv + " --out " + model + " --seed 3 --threads 1");
   ASSERT_EQ(r.status, 0) << r.output;
-  expect_all(r.output, {"800 rows, 9 features (strata-cpu-2: layer_solo_ms,layer_param_bytes,",
+  expect_all(r.output, {"800 rows, 5 features (strata-cpu-3: layer_solo_ms,layer_param_bytes,",
                         "held out 160 rows", "forest: 128 trees", "wrote " + model,
                         "weighted by layer_solo_ms (as a stage's slowdown): MAE forest ",
                         "random forest (XGBoost)", "linear regression (least squares)"});
@@ -199,12 +255,14 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   EXPECT_LT(ratio, 0.6) << r.output;
   EXPECT_GT(ratio, 0.0) << r.output;
 
-  // A plan with the forest: rank 1's counters say its cores are taken.
+  // A plan with the forest: rank 1's counters say a load of 4 threads shares its device.
   const std::string counters = dir + "/counters.json";
   std::ofstream(counters) << R"([{"cpu_util_mean": 0.3, "cpu_util_max": 0.5, "runq_per_core": 1.0,)"
-                          << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0},)"
+                          << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0,)"
+                          << R"( "colocated_threads": 0.0},)"
                           << R"( {"cpu_util_mean": 1.0, "cpu_util_max": 0.5, "runq_per_core": 4.0,)"
-                          << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0}])";
+                          << R"( "run_delay_per_cpu_s": 0.1, "preempt_per_cpu_s": 1.0,)"
+                          << R"( "colocated_threads": 4.0}])";
   const auto p = run_cli(plan_command(write_profile(dir)) + " --slowdown-model " + model +
                          " --rank-counters " + counters);
   ASSERT_EQ(p.status, 0) << p.output;
@@ -230,9 +288,10 @@ TEST(SlowdownCli, FitSlowdownBeatsLinearOnANonLinearSetAndRefusesBadFiles) {
   std::ofstream(dir + "/partial.json") << R"([{"cpu_util_mean": 0.3}, {"cpu_util_mean": 1.0}])";
   const auto partial = run_cli(plan_command(dir + "/uniform.json") + " --slowdown-model " + model +
                                " --rank-counters " + dir + "/partial.json");
-  EXPECT_TRUE(contains(partial.output,
-                       "the counter 'cpu_util_max' of feature set strata-cpu-2 is not among rank "
-                       "0's counters"))
+  EXPECT_TRUE(
+      contains(partial.output,
+               "the counter 'colocated_threads' of feature set strata-cpu-3 is not among rank "
+               "0's counters"))
       << partial.output;
   // A forest of other columns (--features) is for study: plan refuses it by what differs.
   const auto custom = run_cli("fit-slowdown --data " + csv + " --out " + dir +

@@ -9,7 +9,10 @@ from step --from-step, with static async-1f1b against the three re-partition pol
   dynpipe-no-rf  --repartition dynpipe-no-rf every --every steps: Algorithm 2 with each rank's
                  last measured slowdown
   dynpipe        --repartition dynpipe every --every steps with --slowdown-model (fitted on this
-                 machine: strata profile --colocation + strata fit-slowdown)
+                 machine: strata profile --colocation + strata fit-slowdown) and the monitor
+                 sampling every --monitor-ms (so the counters at the first decision after the
+                 slowdown's start are the slowdown's, where the measured window still mixes the
+                 steps before it)
 
 All re-partitioning runs are async-1f1b with --migration restart. Ranks (--ranks): mpi (default:
 mpirun --oversubscribe -np 4, one process per rank, each reading its own /proc counters) or local
@@ -34,8 +37,10 @@ the stage measured at each decision (from the decision records: the forest's own
 before the measured floor of parallel/dynpipe/policy.h), and their mean absolute difference.
 
 Per system: the median seconds per step over the steps after --settle steps past the slowdown's
-start, the time (s) and step at which the mean loss of the last --loss-window steps first falls
-to --target-loss, and the moves made; medians of --repeats interleaved runs.
+start, the mean seconds per step over the reaction (the --settle steps from the slowdown's start:
+where a system that reacts earlier or better gains), the time (s) and step at which the mean loss
+of the last --loss-window steps first falls to --target-loss, and the moves made; medians of
+--repeats interleaved runs.
 
   tools/bench/dynpipe_recovery.py build/strata --model forest.json [--steps 160] [--repeats 3]
       [--workloads none,slow:3,slow:8,load] [--rank 1] [--modes emulated,real] [--ranks mpi]
@@ -92,6 +97,8 @@ def main():
     ap.add_argument("--from-step", type=int, default=15)
     ap.add_argument("--settle", type=int, default=25)
     ap.add_argument("--every", type=int, default=10, help="dynpipe's --repartition-every")
+    ap.add_argument("--monitor-ms", type=float, default=100,
+                    help="dynpipe's --monitor-interval-ms (the counters' freshness)")
     ap.add_argument("--epoch-steps", type=int, default=40, help="pipedream-re's 'epoch'")
     ap.add_argument("--partition", default="measured",
                     help="the start: measured (balanced on the probe's layer costs) or a "
@@ -143,7 +150,8 @@ def main():
         ("dynpipe-no-rf", ["--repartition", "dynpipe-no-rf", "--repartition-every", str(a.every),
                            "--migration", "restart"]),
         ("dynpipe", ["--repartition", "dynpipe", "--repartition-every", str(a.every),
-                     "--migration", "restart", "--slowdown-model", a.model]),
+                     "--migration", "restart", "--slowdown-model", a.model,
+                     "--monitor-interval-ms", "%g" % a.monitor_ms]),
     ]
     keys = ["static", "pipedream-re", "dynpipe-no-rf", "dynpipe"]
     chosen = a.systems.split(",")
@@ -162,13 +170,13 @@ def main():
               "steps <= %g; medians of %d interleaved runs\n"
               % (partition, a.batch_size, a.micro_batches, a.steps, r, f, f + a.settle, a.steps,
                  a.loss_window, a.target_loss, a.repeats))
-        print("| workload | system | s/step (after settle) | vs static | time to loss (s) | "
-              "step | moves | final partition (last run) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| workload | system | s/step (after settle) | vs static | s/step (reaction) | "
+              "vs static | time to loss (s) | step | moves | final partition (last run) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for key in a.workloads.split(","):
             name, inject = spec(key)
-            res = {s: {"step": [], "ttl": [], "ttl_step": [], "moves": 0, "final": ""}
-                   for s, _ in systems}
+            res = {s: {"step": [], "react": [], "ttl": [], "ttl_step": [], "moves": 0,
+                       "final": ""} for s, _ in systems}
             for rep in range(a.repeats):
                 for sname, extra in systems:
                     both = join_specs(device, inject)
@@ -178,6 +186,8 @@ def main():
                     t = step_seconds(recs)
                     res[sname]["step"].append(
                         statistics.median(t[s] for s in t if s >= f + a.settle))
+                    react = [t[s] for s in t if f <= s < f + a.settle]
+                    res[sname]["react"].append(sum(react) / max(1, len(react)))
                     ttl, ttl_step = time_to_loss(recs, a.target_loss, a.loss_window)
                     res[sname]["ttl"].append(ttl if ttl is not None else float("inf"))
                     res[sname]["ttl_step"].append(ttl_step if ttl_step is not None else -1)
@@ -187,13 +197,17 @@ def main():
                     if sname == "dynpipe":
                         decisions.append((mode, name, rep, forest_vs_measured(recs)))
             static = statistics.median(res[systems[0][0]]["step"])
+            static_react = statistics.median(res[systems[0][0]]["react"])
+            has_static = systems[0][0] == "static async-1f1b"
             for sname, _ in systems:
                 s = res[sname]
                 step = statistics.median(s["step"])
+                react = statistics.median(s["react"])
                 ttl = statistics.median(s["ttl"])
-                print("| %s | %s | %.4f | %+.0f%% | %s | %s | %d | %s |"
-                      % (name, sname, step, 100 * (step / static - 1) if systems[0][0] ==
-                         "static async-1f1b" else float("nan"),
+                print("| %s | %s | %.4f | %+.0f%% | %.4f | %+.0f%% | %s | %s | %d | %s |"
+                      % (name, sname, step,
+                         100 * (step / static - 1) if has_static else float("nan"), react,
+                         100 * (react / static_react - 1) if has_static else float("nan"),
                          "%.2f" % ttl if ttl != float("inf") else "not reached",
                          "/".join(str(x) for x in s["ttl_step"]), s["moves"], s["final"]),
                       flush=True)
