@@ -6,6 +6,7 @@
 #include "models/weight_files.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -22,8 +23,11 @@
 namespace strata::models {
 namespace {
 
+// Per process: ctest runs each test of this file as a process of its own, two at a time, and
+// the WeightFileErrors fixture of each writes the same file names.
 std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/strata_weights_" + name + ".safetensors";
+  return ::testing::TempDir() + "/strata_weights_" + std::to_string(::getpid()) + "_" + name +
+         ".safetensors";
 }
 
 struct Built {
