@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/check.h"
+#include "engine/log.h"
 #include "parallel/dynpipe/colocation.h"
 #include "parallel/partition/partition.h"
 
@@ -320,7 +321,15 @@ void Injector::at_migration(int64_t step) {
   fail_if("migration", step, "the migration after step " + std::to_string(step));
 }
 
-Injector::~Injector() { stop_load(); }
+Injector::~Injector() {
+  // A GPU load's error was the run's to report (stop_load at the end of training); here it
+  // must not throw.
+  try {
+    stop_load();
+  } catch (const std::exception& e) {
+    STRATA_LOG(WARN) << e.what();
+  }
+}
 
 void Injector::set_layer_names(const std::vector<std::string>& names) {
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -451,7 +460,11 @@ void Injector::update_load(int64_t step) {
         cuda::GpuStress::Options o;
         o.device = device_.index;
         o.streams = static_cast<int>(s.number("streams", 1));
-        gpu_loads_[i] = std::make_unique<cuda::GpuStress>(o);
+        try {
+          gpu_loads_[i] = std::make_unique<cuda::GpuStress>(o);
+        } catch (const Error& e) {
+          STRATA_THROW() << "--inject \"" << s.text << "\": " << e.what();
+        }
         stats_.load_streams = std::max(stats_.load_streams, o.streams);
         continue;
       }
@@ -485,14 +498,16 @@ void Injector::stop_load() {
   }
   if (!any) return;
   load_stop_ = true;
+  std::string error;  // a GPU load's first error, reported once every load has stopped
   for (size_t i = 0; i < load_threads_.size(); ++i) {
     if (gpu_loads_[i] != nullptr) {
       gpu_loads_[i]->stop();
       stats_.load_kernels += gpu_loads_[i]->kernels();
-      const std::string error = gpu_loads_[i]->error();
+      if (error.empty() && gpu_loads_[i]->error()[0] != '\0') {
+        error = "--inject \"" + specs_[i].text + "\": " + gpu_loads_[i]->error();
+      }
       gpu_loads_[i].reset();
       load_done_[i] = 1;
-      STRATA_CHECK(error.empty()) << "--inject \"" << specs_[i].text << "\": " << error;
     }
     if (load_threads_[i].empty()) continue;
     for (std::thread& t : load_threads_[i]) t.join();
@@ -501,6 +516,7 @@ void Injector::stop_load() {
   }
   stats_.load_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start_).count();
+  STRATA_CHECK(error.empty()) << error;
 }
 
 void Injector::start() { start_ = std::chrono::steady_clock::now(); }

@@ -157,7 +157,9 @@ struct TinyGpt2 {
 class LossRecorder final : public TrainObserver {
  public:
   void on_step(const StepRecord& r) override { losses.push_back(r.loss); }
+  void on_migration(const MigrationRecord&) override { ++migrations; }
   std::vector<double> losses;
+  int migrations = 0;  // layer moves the run made
 };
 
 }  // namespace strata::parallel::testing

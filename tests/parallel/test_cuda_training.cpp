@@ -43,7 +43,7 @@ struct TinyResNet {
 std::vector<double> train_losses(Device device, const proto::ModelSpec& spec,
                                  std::shared_ptr<const io::Dataset> data, int64_t batch,
                                  const parallel::PipelineConfig& pipeline = {},
-                                 DType compute = DType::kF32) {
+                                 DType compute = DType::kF32, int* migrations = nullptr) {
   parallel::TrainConfig config;
   config.compute_dtype = compute;
   if (compute == DType::kF16) config.loss_scale = parallel::parse_loss_scale("dynamic");
@@ -59,6 +59,7 @@ std::vector<double> train_losses(Device device, const proto::ModelSpec& spec,
     ExecContext ctx(device);
     parallel::Trainer trainer(ctx, spec, data, nullptr, config, pipeline, nullptr, &recorder);
     trainer.run();
+    if (migrations != nullptr) *migrations = recorder.migrations;
     return recorder.losses;
   }
   // Local ranks: threads of this process, each with its own context (stream) on `device`.
@@ -69,6 +70,7 @@ std::vector<double> train_losses(Device device, const proto::ModelSpec& spec,
                               comm.rank() == 0 ? &recorder : nullptr);
     trainer.run();
   });
+  if (migrations != nullptr) *migrations = recorder.migrations;
   return recorder.losses;
 }
 
@@ -164,8 +166,11 @@ void expect_moves_change_no_loss(Device device) {
     moved.migrations = {{2, {{0, layers / 2 + 1}, {layers / 2 + 1, layers}}},
                         {4, {{0, layers / 2}, {layers / 2, layers}}}};
     const std::vector<double> a = train_losses(device, g.spec, g.data, 8, plain);
-    const std::vector<double> b = train_losses(device, g.spec, g.data, 8, moved);
+    int moves = 0;
+    const std::vector<double> b =
+        train_losses(device, g.spec, g.data, 8, moved, DType::kF32, &moves);
     ASSERT_EQ(a.size(), 6u);
+    EXPECT_EQ(moves, 2) << "the layers did not move";
     EXPECT_EQ(a, b) << "a move on " << device.str() << " changed a loss";
   }
 }

@@ -24,13 +24,15 @@
 #      (PyTorch eager and torch.compile beside Strata) where torch is importable, and interference
 #      on the GPU: GPT-2 124M on 2 local ranks of cuda:0, rank 1 loaded by stress kernels
 #      (--inject kind=load, engine/gpu_stress.h) from step 20, static against --repartition vpipe
-#      (samples/s over steps 40-80 of each);
+#      (samples/s over steps 40-80 of each; on one GPU both local ranks share the loaded device,
+#      so this measures the load's cost and that vpipe's moves do no harm: moving layers away
+#      from a load needs a GPU per rank);
 #   6. one short table of all of it.
 # Exit status: 0 when everything passed, 1 when a step failed, 2 on a bad command line, 3 when
 # there is no usable GPU.
 set -uo pipefail
 
-usage() { sed -n '2,28p' "$0"; }
+usage() { sed -n '2,32p' "$0"; }
 kit_prefix="" kit="" kit_debs=".devkit/debs" build_dir="build-gpu" out="" jobs="" bench=1 pytorch=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
