@@ -36,11 +36,22 @@ table, for every dynpipe run, the forest's predicted slowdown of each stage besi
 the stage measured at each decision (from the decision records: the forest's own prediction,
 before the measured floor of parallel/dynpipe/policy.h), and their mean absolute difference.
 
+--rank slowest slows the rank of the start partition's slowest stage (measured start only): the
+heavy case, where the interference lengthens every iteration (the paper's Fig. 15/16: PipeDream's
+iteration 1.2-3x longer); a rank of a cheaper stage is slowed without lengthening the iteration
+as much, and moving its layers gains less.
+
 Per system: the median seconds per step over the steps after --settle steps past the slowdown's
 start, the mean seconds per step over the reaction (the --settle steps from the slowdown's start:
 where a system that reacts earlier or better gains), the time (s) and step at which the mean loss
 of the last --loss-window steps first falls to --target-loss, and the moves made; medians of
---repeats interleaved runs.
+--repeats interleaved runs. Emulated mode, measured start: beside the measured step time, the
+device cost model's (the "model" columns): per step, the slowest stage of the partition in effect
+(the start, then each move's) with the probe's per-layer ms and the injected factor on the slowed
+rank (slow: X; load: threads + 1), the steady-state cycle of async-1f1b on devices of their own.
+It shows what each system's decisions are worth where ranks do not share this machine's cores
+(on 2 cores a load's spinning threads slow every rank in the measured column, and no repartition
+can escape that); moves' own costs (drain, transfer) are in the measured column only.
 
   tools/bench/dynpipe_recovery.py build/strata --model forest.json [--steps 160] [--repeats 3]
       [--workloads none,slow:3,slow:8,load] [--rank 1] [--modes emulated,real] [--ranks mpi]
@@ -89,6 +100,35 @@ def forest_vs_measured(records):
     return out
 
 
+def ranges(partition):
+    """--partition text (over NAMES) -> [(begin, end)] per stage."""
+    out = []
+    for piece in partition.split(","):
+        first, _, last = piece.partition("-")
+        out.append((NAMES.index(first), NAMES.index(last or first) + 1))
+    return out
+
+
+def stage_ms(partition, costs):
+    return [sum(costs[b:e]) for b, e in ranges(partition)]
+
+
+def modeled_steps(recs, start, costs, rank, from_step, factor):
+    """Per step (from 1): the device cost model's seconds per step (module doc)."""
+    moves = sorted((m for m in recs if m["type"] == "migration"), key=lambda m: m["step"])
+    out, partition = {}, start
+    steps = sorted(r["step"] for r in recs if r["type"] == "train")
+    for step in steps:
+        for m in moves:
+            if m["step"] + 1 == step:  # moved before the loop's step m["step"] (from 0)
+                partition = m["partition"]
+        ms = stage_ms(partition, costs)
+        if step >= from_step and rank < len(ms):
+            ms[rank] *= factor
+        out[step] = max(ms) / 1e3
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("strata")
@@ -105,7 +145,8 @@ def main():
                          "--partition text")
     ap.add_argument("--probe-steps", type=int, default=60)
     ap.add_argument("--probe-runs", type=int, default=2)
-    ap.add_argument("--rank", type=int, default=1, help="the slowed rank")
+    ap.add_argument("--rank", default="1",
+                    help="the slowed rank, or 'slowest': the start partition's slowest stage's")
     ap.add_argument("--ranks", default="mpi", help="mpi (one process per rank) or local")
     ap.add_argument("--modes", default="emulated,real", help="emulated, real")
     ap.add_argument("--device-factor", type=float, default=8.0,
@@ -129,7 +170,8 @@ def main():
               "--batch-size", str(a.batch_size), "--micro-batches", str(a.micro_batches),
               "--seed", "1", "--schedule", "async-1f1b", "--optimizer", "sgd", "--lr", "0.02",
               "--momentum", "0.9"] + local
-    f, r = a.from_step, a.rank
+    f = a.from_step
+    r = -1 if a.rank == "slowest" else int(a.rank)
 
     def spec(key):
         """none, slow:FACTOR (or slow: --factor), load (--threads)."""
@@ -162,7 +204,15 @@ def main():
     decisions = []  # (mode, workload, repeat, forest_vs_measured)
     tmp = tempfile.mkdtemp(prefix="dynpipe_recovery_")
     for mode in a.modes.split(","):
-        device, partition = start_mode(a, mode, common, prefix, NAMES, 4, tmp)
+        device, partition, costs = start_mode(a, mode, common, prefix, NAMES, 4, tmp)
+        if a.rank == "slowest":
+            if costs is None:
+                sys.exit("--rank slowest needs --partition measured (the layer costs)")
+            ms = stage_ms(partition, costs)
+            r = ms.index(max(ms))
+            print("slowed rank %d: the start's slowest stage (%s ms/step per stage)"
+                  % (r, ", ".join("%.2f" % x for x in ms)))
+        model = costs is not None and mode == "emulated"
         base = common + ["--steps", str(a.steps), "--partition", partition]
         print("cnn tiny (Fashion-MNIST), 4 stages from %s, async-1f1b, batch %d in %d "
               "micro-batches, SGD lr 0.02 momentum 0.9, %d steps; interference on rank %d from "
@@ -171,12 +221,18 @@ def main():
               % (partition, a.batch_size, a.micro_batches, a.steps, r, f, f + a.settle, a.steps,
                  a.loss_window, a.target_loss, a.repeats))
         print("| workload | system | s/step (after settle) | vs static | s/step (reaction) | "
-              "vs static | time to loss (s) | step | moves | final partition (last run) |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "vs static | model s/step (after settle) | vs static | time to loss (s) | step | "
+              "moves | final partition (last run) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for key in a.workloads.split(","):
             name, inject = spec(key)
-            res = {s: {"step": [], "react": [], "ttl": [], "ttl_step": [], "moves": 0,
-                       "final": ""} for s, _ in systems}
+            res = {s: {"step": [], "react": [], "model": [], "ttl": [], "ttl_step": [],
+                       "moves": 0, "final": ""} for s, _ in systems}
+            factor = 1.0
+            if key.startswith("slow"):
+                factor = float(key.split(":")[1]) if ":" in key else a.factor
+            elif key == "load":
+                factor = a.threads + 1.0
             for rep in range(a.repeats):
                 for sname, extra in systems:
                     both = join_specs(device, inject)
@@ -186,6 +242,10 @@ def main():
                     t = step_seconds(recs)
                     res[sname]["step"].append(
                         statistics.median(t[s] for s in t if s >= f + a.settle))
+                    if model:
+                        mt = modeled_steps(recs, partition, costs, r, f, factor)
+                        res[sname]["model"].append(
+                            statistics.median(mt[s] for s in mt if s >= f + a.settle))
                     react = [t[s] for s in t if f <= s < f + a.settle]
                     res[sname]["react"].append(sum(react) / max(1, len(react)))
                     ttl, ttl_step = time_to_loss(recs, a.target_loss, a.loss_window)
@@ -198,16 +258,21 @@ def main():
                         decisions.append((mode, name, rep, forest_vs_measured(recs)))
             static = statistics.median(res[systems[0][0]]["step"])
             static_react = statistics.median(res[systems[0][0]]["react"])
+            static_model = statistics.median(res[systems[0][0]]["model"]) if model else 0
             has_static = systems[0][0] == "static async-1f1b"
             for sname, _ in systems:
                 s = res[sname]
                 step = statistics.median(s["step"])
                 react = statistics.median(s["react"])
                 ttl = statistics.median(s["ttl"])
-                print("| %s | %s | %.4f | %+.0f%% | %.4f | %+.0f%% | %s | %s | %d | %s |"
+                mod = statistics.median(s["model"]) if model else float("nan")
+                print("| %s | %s | %.4f | %+.0f%% | %.4f | %+.0f%% | %.4f | %+.0f%% | %s | %s | "
+                      "%d | %s |"
                       % (name, sname, step,
                          100 * (step / static - 1) if has_static else float("nan"), react,
                          100 * (react / static_react - 1) if has_static else float("nan"),
+                         mod, 100 * (mod / static_model - 1) if has_static and model
+                         else float("nan"),
                          "%.2f" % ttl if ttl != float("inf") else "not reached",
                          "/".join(str(x) for x in s["ttl_step"]), s["moves"], s["final"]),
                       flush=True)

@@ -120,7 +120,8 @@ def measure_balanced(strata, base, inject, prefix, names, stages, steps, every, 
 
 def start_mode(a, mode, common, prefix, names, stages, tmp):
     """Prints the mode's header and returns (the --inject spec of its emulated device or "", the
-    start partition): a.partition, or with "measured" the balanced one measure_balanced finds."""
+    start partition, the per-layer ms per step): a.partition, or with "measured" the balanced one
+    measure_balanced finds and the costs it measured (None for a given partition)."""
     device = device_spec(mode, a.device_factor)
     print("== mode %s: %s; ranks: %s ==" % (
         mode, "every rank an emulated device (--inject \"%s\"): a layer lasts %g x its CPU "
@@ -129,7 +130,7 @@ def start_mode(a, mode, common, prefix, names, stages, tmp):
         "MPI, one process per rank (mpirun --oversubscribe -np %d)" % stages if prefix else
         "local (threads of one process)"))
     print("load average at start: %s" % loadavg())
-    partition = a.partition
+    partition, costs = a.partition, None
     if partition == "measured":
         partition, costs, slowest = measure_balanced(
             a.strata, common, device, prefix, names, stages, a.probe_steps, 10, tmp, mode,
@@ -139,7 +140,7 @@ def start_mode(a, mode, common, prefix, names, stages, tmp):
               "%d steps)" % (partition, " ".join("%s %.2f" % (n, c) for n, c in
                                                  zip(names, costs)), slowest, a.probe_runs,
                              a.probe_steps))
-    return device, partition
+    return device, partition, costs
 
 
 def loadavg():

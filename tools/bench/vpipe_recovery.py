@@ -108,7 +108,7 @@ def main():
         print("\nload average at end: %s" % loadavg())
         return
     for mode in a.modes.split(","):
-        device, partition = start_mode(a, mode, common + ["--schedule", "1f1b"], prefix, NAMES, 2, tmp)
+        device, partition, _ = start_mode(a, mode, common + ["--schedule", "1f1b"], prefix, NAMES, 2, tmp)
         base = common + ["--steps", str(a.steps), "--partition", partition]
         print("model cnn tiny (Fashion-MNIST), 2 stages, start partition %s, "
               "1f1b, batch %d in %d micro-batches, %d steps; slowdown from step %d; throughput "
