@@ -150,7 +150,7 @@ struct PipelineConfig {
   // --inject: slowdowns around Forward and Backward (parallel/runtime/injector.h).
   std::vector<InjectSpec> inject;
   // --repartition: vPIPE's repartition loop (parallel/repartition_loop.h); the asynchronous
-  // schedules with --migration restart only, all-reduce synchronization, no --migrate-at.
+  // schedules need --migration restart; all-reduce synchronization, no --migrate-at.
   RepartitionConfig repartition;
 };
 
