@@ -19,12 +19,13 @@ using strata::testing::contains;
 using strata::testing::train_run;
 using strata::testing::TrainRun;
 
-// cnn tiny on Fashion-MNIST, 2 stages, 2 micro-batches a step.
-std::string cnn_args(const std::string& schedule, const std::string& ranks) {
+// cnn tiny on Fashion-MNIST, 12 steps; by default 2 stages, 2 micro-batches a step.
+const char* kTwoStages = "--stages 2 --micro-batches 2 --partition conv1-conv2,bn2-fc2";
+std::string cnn_args(const std::string& schedule, const std::string& ranks,
+                     const std::string& layout = kTwoStages) {
   return "--model cnn --size tiny --dataset fashion-mnist --train-samples 256 --test-samples 32 "
-         "--steps 12 --batch-size 16 --micro-batches 2 --stages 2 --threads 1 "
-         "--partition conv1-conv2,bn2-fc2 --seed 3 --migration restart --schedule " +
-         schedule + " " + ranks;
+         "--steps 12 --batch-size 16 --threads 1 --seed 3 --migration restart --schedule " +
+         schedule + " " + ranks + " " + layout;
 }
 
 bool have_fashion_mnist() { return std::filesystem::exists("/usr/share/datasets/fashion-mnist"); }
@@ -59,19 +60,19 @@ TEST(AsyncRepartitionCli, APolicyThatNeverMovesRunsAsThePlainAsynchronousRun) {
   }
 }
 
-// Stage 1 slowed 20x (a sleep in proportion to the work): the policy moves layers off it. The run
-// is bitwise the run told by --migrate-at to move to the partitions the records proposed, at their
-// apply_step (the first move: decided after step d = 4, told with step 5, and, stage 0 forwarding
-// one micro-batch ahead into the next step, cut after step 6, not 5), and each move's migration
-// record is at that step.
-void expect_moves_where_the_record_says(const std::string& name, const std::string& schedule,
-                                        const std::string& ranks, const std::string& launcher) {
+// The last stage slowed 20x (a sleep in proportion to the work): the policy moves layers off it.
+// The run is bitwise the run told by --migrate-at to move to the partitions the records proposed,
+// at their apply_step, and each move's migration record is at that step. The first move is decided
+// after step 4 and told with step 5; the run is cut after step `first_apply`: 6 where stage 0
+// forwards one micro-batch ahead into the next step (2 stages, 2 micro-batches a step), 7 where it
+// forwards two steps ahead (3 stages, 1 micro-batch a step).
+void expect_moves_where_the_record_says(const std::string& name, const std::string& args,
+                                        const std::string& launcher, int slowed, int first_apply) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_async_repartition_" + name);
-  const std::string args = cnn_args(schedule, ranks);
   const TrainRun moved = train_run(dir, "moved",
-                                   args +
-                                       " --inject \"rank=1,kind=slow,factor=20\" --repartition "
-                                       "vpipe --repartition-every 4",
+                                   args + " --inject \"rank=" + std::to_string(slowed) +
+                                       ",kind=slow,factor=20\" --repartition vpipe "
+                                       "--repartition-every 4",
                                    launcher);
   ASSERT_EQ(moved.status, 0) << moved.output;
   std::string migrate_at;
@@ -85,10 +86,11 @@ void expect_moves_where_the_record_says(const std::string& name, const std::stri
   ASSERT_FALSE(applied.empty()) << moved.output;
   const nlohmann::json& first = applied[0];
   EXPECT_EQ(first["step"], 4) << first;
-  EXPECT_EQ(first["apply_step"], 6) << first;
-  EXPECT_TRUE(contains(
-      moved.output, "repartition | after step 4 | vpipe | " + first["current"].get<std::string>() +
-                        " -> " + first["proposed"].get<std::string>() + " | apply after step 6"))
+  EXPECT_EQ(first["apply_step"], first_apply) << first;
+  EXPECT_TRUE(contains(moved.output, "repartition | after step 4 | vpipe | " +
+                                         first["current"].get<std::string>() + " -> " +
+                                         first["proposed"].get<std::string>() +
+                                         " | apply after step " + std::to_string(first_apply)))
       << moved.output;
   ASSERT_EQ(moved.of("migration").size(), applied.size()) << moved.output;
   for (size_t i = 0; i < applied.size(); ++i) {
@@ -96,7 +98,8 @@ void expect_moves_where_the_record_says(const std::string& name, const std::stri
     EXPECT_EQ(m["step"], applied[i]["apply_step"]) << m;
     EXPECT_EQ(m["partition"], applied[i]["proposed"]) << m;
   }
-  EXPECT_TRUE(contains(moved.of("migration")[0]["moves"].get<std::string>(), "1->0"))
+  const std::string off = std::to_string(slowed) + "->" + std::to_string(slowed - 1);
+  EXPECT_TRUE(contains(moved.of("migration")[0]["moves"].get<std::string>(), off))
       << moved.of("migration")[0];
   const TrainRun replay = train_run(dir, "replay", args + migrate_at, launcher);
   ASSERT_EQ(replay.status, 0) << replay.output;
@@ -109,14 +112,22 @@ TEST(AsyncRepartitionCli, AMoveGoesWhereTheRecordSaysOnLocalStages) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
   for (const char* schedule : {"async-1f1b", "2bw"}) {
     SCOPED_TRACE(schedule);
-    expect_moves_where_the_record_says(std::string("local_") + schedule, schedule, "--local", "");
+    expect_moves_where_the_record_says(std::string("local_") + schedule,
+                                       cnn_args(schedule, "--local"), "", 1, 6);
   }
+  SCOPED_TRACE("3 stages, 1 micro-batch a step");
+  expect_moves_where_the_record_says(
+      "local_3",
+      cnn_args("async-1f1b", "--local",
+               "--stages 3 --micro-batches 1 --partition conv1-relu1,pool1-relu2,pool2-fc2"),
+      "", 2, 7);
 }
 
 #ifdef STRATA_MPIEXEC
 TEST(AsyncRepartitionCli, AMoveGoesWhereTheRecordSaysOnMpiRanks) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
-  expect_moves_where_the_record_says("mpi", "async-1f1b", "", strata::testing::mpirun(2));
+  expect_moves_where_the_record_says("mpi", cnn_args("async-1f1b", ""), strata::testing::mpirun(2),
+                                     1, 6);
 }
 #endif
 
