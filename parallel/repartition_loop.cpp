@@ -57,16 +57,6 @@ bool RepartitionLoop::decides_after(int64_t step) const {
   return active() && stages_ > 1 && (step + 1) % config_.every == 0 && step + 2 < total_;
 }
 
-std::vector<int64_t> RepartitionLoop::move_steps(const RepartitionConfig& config, int stages,
-                                                 int64_t total_steps) {
-  std::vector<int64_t> out;
-  if (config.policy == "off" || stages < 2 || config.every < 1) return out;
-  for (int64_t step = config.every - 1; step + 2 < total_steps; step += config.every) {
-    out.push_back(step + 2);
-  }
-  return out;
-}
-
 std::vector<double> RepartitionLoop::contribution(int64_t step, const StageMemoryStats& memory,
                                                   double busy_seconds, const Ranges&) {
   if (!active()) return {};
@@ -150,7 +140,13 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
     r.current = partition_string(current, names_);
     r.layer_seconds = in.layer_seconds;
     r.stage_busy_seconds = in.stage_busy_seconds;
-    if (in.window_steps * 2 < config_.every) {
+    if (due_partition_) {
+      // A decided move has not gone yet (an asynchronous run drains for it later): this window
+      // measured the layout it leaves.
+      r.decision.partition = current;
+      r.decision.reason = "the move decided before goes before step " + std::to_string(due_step_) +
+                          ": no decision until it has";
+    } else if (in.window_steps * 2 < config_.every) {
       // The window began at a migration: too short to judge the new layout.
       r.decision.partition = current;
       r.decision.reason = "window of " + std::to_string(in.window_steps) +
@@ -164,13 +160,31 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
       }
     }
     r.proposed = partition_string(r.decision.partition, names_);
-    if (r.decision.apply) r.apply_step = step + 2;
+    pending_apply_ = -1;
+    if (r.decision.apply) {
+      pending_apply_ = apply_step_ ? apply_step_(step + 2) : step + 2;
+      if (pending_apply_ < 0) {
+        r.decision.apply = false;
+        last_move_.reset();
+        r.decision.reason +=
+            "; but the asynchronous pipeline has no step left before the end of its run where "
+            "it can drain for the move: kept";
+      }
+    }
+    if (r.decision.apply) r.apply_step = pending_apply_;
     pending_ = r.decision;
     return r;
   }
   if (step > 0 && decides_after(step - 1)) {
     STRATA_CHECK_EQ(sum.size(), static_cast<size_t>(stages_)) << "repartition decision";
     if (sum[0] > 0.5) {
+      // Every rank asks the apply-step function as rank 0 did when it decided (deterministic).
+      due_step_ = apply_step_ ? apply_step_(step + 1) : step + 1;
+      STRATA_CHECK(due_step_ > step &&
+                   (rank_ != 0 || pending_apply_ < 0 || due_step_ == pending_apply_))
+          << "--repartition: the move decided after step " << step << " goes before step "
+          << due_step_ << " here, before step " << pending_apply_ << " in rank 0's record";
+      learned_at_ = step;
       Ranges p;
       size_t begin = 0;
       for (int s = 1; s <= stages_; ++s) {
@@ -179,7 +193,6 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
         begin = end;
       }
       due_partition_ = p;
-      due_step_ = step + 1;
     }
   }
   return std::nullopt;
@@ -323,8 +336,9 @@ void RepartitionLoop::check(const RepartitionConfig& config, bool synchronous, b
   if (config.policy == "off") return;
   STRATA_CHECK(synchronous || restart)
       << "--repartition with async-1f1b: --migration live is not available for the asynchronous "
-         "schedule yet; use --migration restart (the pipeline drains every "
-      << config.every << " steps, where a move may go)";
+         "schedule yet; use --migration restart (the pipeline drains only where the loop decides "
+         "a move, at the first step after the decision where the run cut there agrees with the "
+         "one that ran)";
   STRATA_CHECK(synchronous || !swaps)
       << "--repartition with async-1f1b and swapped layers (--memory-policy / --memory-plan): "
          "not supported (the swap prefetches are laid out for the asynchronous run before a "
@@ -336,6 +350,11 @@ std::optional<RepartitionLoop::Ranges> RepartitionLoop::due(int64_t step) const 
   return std::nullopt;
 }
 
+std::optional<int64_t> RepartitionLoop::learned(int64_t step) const {
+  if (due_partition_ && learned_at_ == step) return due_step_;
+  return std::nullopt;
+}
+
 void RepartitionLoop::migrated() {
   // The new executor counts layer times from zero; the window restarts.
   std::fill(layer_start_.begin(), layer_start_.end(), 0.0);
@@ -343,6 +362,7 @@ void RepartitionLoop::migrated() {
   window_busy_ = 0.0;
   due_partition_.reset();
   due_step_ = -1;
+  learned_at_ = -1;
 }
 
 }  // namespace strata::parallel

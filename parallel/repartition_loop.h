@@ -11,7 +11,12 @@
 // where the other ranks add zeros, so every rank holds the same decision one step later, and the
 // layers move before the step after that, through the --migrate-at re-layout (the executor
 // rebuilt). Timeline for a decision after step d (counted from 1): statistics of steps
-// (d - every, d]; the plan reaches every rank with step d + 1; the move goes before step d + 2.
+// (d - every, d]; the plan reaches every rank with step d + 1; the move goes before step d + 2,
+// or, under an asynchronous schedule (one program whose segments overlap), before the step e the
+// trainer's apply-step function names (set_apply_step: the first step >= d + 2 where the program
+// cut there agrees with the one that ran; parallel/trainer_layout.cpp). Rank 0 asks for e when it
+// decides (its record's apply_step), every rank again when it learns the plan (the function is
+// deterministic: they agree). No decision is made while a decided move has not gone yet.
 // No decision is made on a window that a migration cut short (vPIPE: no planning while
 // migrating): the window starts again after each move. A move whose layout measures slower (the
 // slowest stage's busy time per step) than the one it left by more than the noise margin (the
@@ -99,16 +104,19 @@ class RepartitionLoop {
                                             const std::function<void(std::vector<double>*)>& sum);
   // The partition to move to before step `step` (from 0), if the loop decided one.
   std::optional<Ranges> due(int64_t step) const;
+  // The step a move was learned for with the exchange of step `step` (after it ran), if one was.
+  std::optional<int64_t> learned(int64_t step) const;
+  // Where a move decided now goes: given the earliest step (the decision's step + 2), the step
+  // before which the layers move, or -1 where none can (the move is then not applied). Called on
+  // every rank alike (deterministic); unset: the earliest step (synchronous schedules).
+  using ApplyStep = std::function<int64_t(int64_t earliest)>;
+  void set_apply_step(ApplyStep apply_step) { apply_step_ = std::move(apply_step); }
   // Refuses what the loop does not support (errors name --repartition): async-1f1b without
-  // --migration restart, and with swapped layers (their prefetches are laid out for the whole
+  // --migration restart, and with swapped layers (their prefetches are laid out for the
   // asynchronous run before a move is decided).
   static void check(const RepartitionConfig& config, bool synchronous, bool restart, bool swaps);
   // The layers moved (the executor is new: its layer times count from zero).
   void migrated();
-  // The steps (from 0) before which a decided move may go: where an asynchronous schedule's
-  // program must drain (--migration restart), whether a move comes or not.
-  static std::vector<int64_t> move_steps(const RepartitionConfig& config, int stages,
-                                         int64_t total_steps);
 
  private:
   bool decides_after(int64_t step) const;
@@ -157,9 +165,11 @@ class RepartitionLoop {
   double samples_per_step_ = 1.0;
   MemoryPlanner memory_;                        // rank 0: --memory-policy auto's planner
   std::optional<RepartitionDecision> pending_;  // rank 0: decided, not yet told to the others
-  int64_t pending_step_ = -1;                   // the step whose metrics carry it
+  int64_t pending_apply_ = -1;                  // rank 0: the step it goes before
   std::optional<Ranges> due_partition_;
   int64_t due_step_ = -1;
+  int64_t learned_at_ = -1;  // the step whose exchange told the due move
+  ApplyStep apply_step_;
 };
 
 }  // namespace strata::parallel

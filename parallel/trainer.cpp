@@ -453,7 +453,15 @@ TrainSummary Trainer::run() {
   // The programs: one per step, or the asynchronous runs cut into segments of M updates (one run
   // for the whole training, or one per stretch between re-layouts of --migration restart).
   const bool sync = is_synchronous(pipeline_.schedule);
-  const std::vector<Program> async_segments = sync ? std::vector<Program>() : async_programs(total);
+  std::vector<Program> async_segments = sync ? std::vector<Program>() : async_programs(total);
+  // --repartition: a decided move cuts the asynchronous run where it can drain (`stretch`: the
+  // step the current run began at; parallel/trainer_layout.cpp).
+  const Ranges first = pipeline_.partition;
+  int64_t stretch = start_step_;
+  if (!sync) {
+    repartition.set_apply_step(
+        [&](int64_t earliest) { return async_cut_step(stretch, earliest, total, first); });
+  }
   StageMemoryStats memory;  // over the executors of every layout this run had
   auto settle = [&] {       // a live migration's run drained: the final layout's store
     executor->finish();
@@ -506,6 +514,7 @@ TrainSummary Trainer::run() {
       const MigrationRecord record = relayout(m, trace.get());
       make_executor(steps_done);
       repartition.migrated();
+      stretch = step;
       if (rank_ == 0 && observer_ != nullptr) observer_->on_migration(record);
     }
     Program program = sync ? make_schedule(pipeline_.schedule, S, M, step).programs[stage_]
@@ -552,6 +561,9 @@ TrainSummary Trainer::run() {
           step, executor->memory_stats(), stats.busy_seconds, pipeline_.partition, &m,
           [&](std::vector<double>* v) { world_sum(world_, v, "step metrics"); });
       if (decided && observer_ != nullptr && rank_ == 0) observer_->on_repartition(*decided);
+      if (const auto e = repartition.learned(step); e && !sync) {
+        async_recut(&async_segments, stretch, step + 1, *e, total, *repartition.due(*e), first);
+      }
       for (const auto& sample : repartition.fresh_samples()) {  // --monitor-interval-ms
         if (observer_ != nullptr && rank_ == 0) observer_->on_monitor(sample);
       }

@@ -149,8 +149,8 @@ struct PipelineConfig {
   UpdateSyncFactory update_sync;
   // --inject: slowdowns around Forward and Backward (parallel/runtime/injector.h).
   std::vector<InjectSpec> inject;
-  // --repartition: vPIPE's repartition loop (parallel/repartition_loop.h); synchronous
-  // schedules, all-reduce synchronization, no --migrate-at.
+  // --repartition: vPIPE's repartition loop (parallel/repartition_loop.h); the asynchronous
+  // schedules need --migration restart; all-reduce synchronization, no --migrate-at.
   RepartitionConfig repartition;
 };
 
@@ -344,8 +344,23 @@ class Trainer {
   // The communicator of the first and last stage when a tied parameter is split between them
   // (collective over the world; made again when a re-layout moves the tied layers).
   void make_tied_communicator();
-  // The asynchronous schedule's program for this stage, one per step (parallel/trainer_layout.cpp).
+  // The asynchronous schedule's program for this stage, one per step, cut at the --migrate-at
+  // restarts (parallel/trainer_layout.cpp).
   std::vector<Program> async_programs(int64_t total_steps) const;
+  // The asynchronous run's parts (parallel/trainer_layout.cpp). `first`: the run's partition at
+  // its start (after a move, the prefetches of a plan made again go in). Stage `stage`'s
+  // segments of the run of steps [begin, end) in `partition`; where the stretch that holds step
+  // `step` ends (the next --migrate-at restart, or `total`); the first step e >= `next` at which
+  // the stretch from `begin` can be cut once steps [begin, next) ran (every stage's segments of
+  // those steps unchanged; -1: none before the stretch ends); and the segments of steps
+  // [next, ...) replaced by those of the run cut at e, then of the run from e in `to`.
+  using Ranges = std::vector<std::pair<size_t, size_t>>;
+  std::vector<Program> async_stretch(int stage, int64_t begin, int64_t end, const Ranges& partition,
+                                     const Ranges& first) const;
+  int64_t async_stretch_end(int64_t step, int64_t total) const;
+  int64_t async_cut_step(int64_t begin, int64_t next, int64_t total, const Ranges& first) const;
+  void async_recut(std::vector<Program>* programs, int64_t begin, int64_t next, int64_t e,
+                   int64_t total, const Ranges& to, const Ranges& first) const;
   // Moves the layers to `migration`'s partition (collective over the world; the executor gone).
   MigrationRecord relayout(const Migration& migration, Trace* trace);
   // --migrate-at (parallel/trainer_live.cpp): the partitions checked before training, and a live

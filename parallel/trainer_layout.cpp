@@ -11,7 +11,15 @@
 // The asynchronous schedules (async-1f1b, 2bw) never empty. With --migration restart it is cut at
 // every re-layout: the run before the cut stops taking new micro-batches and drains (its program
 // ends with the backwards of those in flight), the layers move, and a new run starts with its
-// warm-up; PipeDream's staleness restarts with it, as it would after a relaunch.
+// warm-up; PipeDream's staleness restarts with it, as it would after a relaunch. The --migrate-at
+// cuts are known before training; a move the repartition loop decides (parallel/
+// repartition_loop.h) is known to every rank only after step d + 1 has run, so the run is cut
+// then, at the first step e >= d + 2 such that every stage's segments of the steps that ran are
+// those of the run cut at e (the program of [begin, e) starts as the one of [begin, end) until its
+// cool-down; stage 0 forwards S - 1 micro-batches ahead, so e is d + 3 while S - 1 <= M). The
+// executor posts its receives ahead only within the segment it runs (StageTransfers::post_ahead),
+// so nothing of the later segments was started. Until a move is decided the run does not drain,
+// and its numbers are those of the run without the loop.
 #include <algorithm>
 #include <chrono>
 
@@ -64,49 +72,84 @@ const char* migration_mode_name(MigrationMode mode) {
   return "?";
 }
 
-std::vector<Program> Trainer::async_programs(int64_t total) const {
+std::vector<Program> Trainer::async_stretch(int stage, int64_t begin, int64_t end,
+                                            const Ranges& partition, const Ranges& first) const {
   const int S = pipeline_.stages;
   const int64_t M = pipeline_.micro_batches;
-  // The steps where a run drains and the next one starts: the re-layouts.
-  std::vector<int64_t> cuts{0};
+  // A run of the micro-batches of steps [begin, end), numbered from there.
+  Schedule run = make_schedule(pipeline_.schedule, S, (end - begin) * M, 0, M);
+  Program& program = run.programs[stage];
+  for (Instruction& in : program) {
+    if (in.micro_batch >= 0) in.micro_batch += begin * M;
+  }
+  // The plan made again after a move (replan_memory) is not known yet: after a move the
+  // prefetches go in anyway (a SwapIn on a stage that swaps nothing does nothing).
+  const bool replanned = pipeline_.replan_memory && partition != first;
+  if (replanned || pipeline_.memory_plan.uses(MemoryPolicy::kSwap, partition[stage].first,
+                                              partition[stage].second)) {
+    add_prefetches(&program, pipeline_.swap_lead);
+  }
+  return segments(program, updates_per_step(pipeline_.schedule, M));
+}
+
+int64_t Trainer::async_stretch_end(int64_t step, int64_t total) const {
+  int64_t end = total;
   for (const Migration& m : pipeline_.migrations) {
-    if (m.step > 0 && m.step < total && !migrates_live()) cuts.push_back(m.step);
+    if (m.step > step && m.step < end && !migrates_live()) end = m.step;
   }
-  // --repartition: wherever a decided move may go (the partition only changes swap prefetches;
-  // the loop refuses swapped layers under the asynchronous schedules).
-  for (int64_t step : RepartitionLoop::move_steps(pipeline_.repartition, S, total)) {
-    cuts.push_back(step);
-  }
-  cuts.push_back(total);
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  return end;
+}
+
+std::vector<Program> Trainer::async_programs(int64_t total) const {
+  // The steps where a run drains and the next one starts: the --migrate-at re-layouts.
+  std::vector<int64_t> cuts{0};
+  for (int64_t at = 0; at < total;) cuts.push_back(at = async_stretch_end(at, total));
   std::vector<Program> out;
-  std::vector<std::pair<size_t, size_t>> partition = pipeline_.partition;
+  Ranges partition = pipeline_.partition;
   for (size_t r = 0; r + 1 < cuts.size(); ++r) {
     for (const Migration& m : pipeline_.migrations) {
       if (m.step == cuts[r] && m.step > 0) partition = m.partition;
     }
-    // A run of the micro-batches of steps [cuts[r], cuts[r + 1]), numbered from there.
-    const int64_t first = cuts[r] * M, count = (cuts[r + 1] - cuts[r]) * M;
-    Schedule run = make_schedule(pipeline_.schedule, S, count, 0, M);
-    Program& program = run.programs[stage_];
-    for (Instruction& in : program) {
-      if (in.micro_batch >= 0) in.micro_batch += first;
-    }
-    // The plan made again after a move (replan_memory) is not known yet: after a move the
-    // prefetches go in anyway (a SwapIn on a stage that swaps nothing does nothing).
-    const bool replanned = pipeline_.replan_memory && partition != pipeline_.partition;
-    if (replanned || pipeline_.memory_plan.uses(MemoryPolicy::kSwap, partition[stage_].first,
-                                                partition[stage_].second)) {
-      add_prefetches(&program, pipeline_.swap_lead);
-    }
-    for (Program& p : segments(program, updates_per_step(pipeline_.schedule, M))) {
+    for (Program& p : async_stretch(stage_, cuts[r], cuts[r + 1], partition, pipeline_.partition)) {
       out.push_back(std::move(p));
     }
   }
   STRATA_CHECK_EQ(static_cast<int64_t>(out.size()), total)
       << "async schedule: " << out.size() << " segments for " << total << " steps";
   return out;
+}
+
+int64_t Trainer::async_cut_step(int64_t begin, int64_t next, int64_t total,
+                                const Ranges& first) const {
+  const int64_t end = async_stretch_end(next - 1, total);
+  std::vector<std::vector<Program>> ran;  // per stage, the stretch as it runs
+  for (int s = 0; s < pipeline_.stages; ++s) {
+    ran.push_back(async_stretch(s, begin, end, pipeline_.partition, first));
+  }
+  for (int64_t e = next; e < end; ++e) {
+    bool same = true;
+    for (int s = 0; s < pipeline_.stages && same; ++s) {
+      const std::vector<Program> cut = async_stretch(s, begin, e, pipeline_.partition, first);
+      same = std::equal(cut.begin(), cut.begin() + (next - begin), ran[s].begin());
+    }
+    if (same) return e;
+  }
+  return -1;  // the stretch ends (its own drain) before any step could cut it
+}
+
+void Trainer::async_recut(std::vector<Program>* programs, int64_t begin, int64_t next, int64_t e,
+                          int64_t total, const Ranges& to, const Ranges& first) const {
+  const int64_t end = async_stretch_end(next - 1, total);
+  STRATA_CHECK(begin < next && next <= e && e < end)
+      << "async schedule: a cut before step " << e << " outside the stretch [" << next << ", "
+      << end << ")";
+  std::vector<Program> cut = async_stretch(stage_, begin, e, pipeline_.partition, first);
+  std::vector<Program> after = async_stretch(stage_, e, end, to, first);
+  for (int64_t step = next; step < end; ++step) {
+    (*programs)[static_cast<size_t>(step)] = step < e
+                                                 ? std::move(cut[static_cast<size_t>(step - begin)])
+                                                 : std::move(after[static_cast<size_t>(step - e)]);
+  }
 }
 
 MigrationRecord Trainer::relayout(const Migration& migration, Trace* trace) {

@@ -170,9 +170,11 @@ void ConsoleReporter::on_migration(const parallel::MigrationRecord& r) {
 void ConsoleReporter::on_repartition(const parallel::RepartitionRecord& r) {
   clear_live_line();
   const parallel::RepartitionDecision& d = r.decision;
+  const std::string verdict =
+      d.apply ? "apply after step " + std::to_string(r.apply_step) + ", " : "keep, ";
   std::fprintf(out_, "repartition | after step %lld | %s | %s -> %s | %s%s\n",
                static_cast<long long>(r.step), r.policy.c_str(), r.current.c_str(),
-               r.proposed.c_str(), d.apply ? "apply, " : "keep, ", d.reason.c_str());
+               r.proposed.c_str(), verdict.c_str(), d.reason.c_str());
   std::fflush(out_);
   if (metrics_ != nullptr) {
     // Candidates no memory plan fits: "PARTITION: why".

@@ -548,7 +548,7 @@ void check_train_flags(const TrainOptions& o) {
     STRATA_CHECK(o.schedule != "async-1f1b" || o.migration == "restart")
         << "--repartition " << o.repartition << " with async-1f1b needs --migration restart "
         << "(the live protocol of the asynchronous schedule is not built): the pipeline drains "
-        << "every --repartition-every steps, where a move may go";
+        << "where the loop decides a move";
     STRATA_CHECK(o.memory_policy != "auto" ||
                  parallel::is_synchronous(parallel::parse_schedule(o.schedule)))
         << "--repartition " << o.repartition << " with " << o.schedule

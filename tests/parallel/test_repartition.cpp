@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "graph/layers.h"
 #include "graph/model.h"
@@ -191,6 +193,48 @@ TEST(RepartitionLoop, AMoveThatMeasuresSlowerIsUndoneAndNotTriedAgain) {
       << again->decision.reason;
   EXPECT_FALSE(loop.absorb(12, {0, 0}, start));
   EXPECT_FALSE(loop.due(13));
+}
+
+// An asynchronous run's apply-step function (parallel/trainer_layout.cpp) names where a move goes:
+// the record's apply_step, and due() and learned() on that step; no decision while that move has
+// not gone; where the function names none, the move is not applied.
+TEST(RepartitionLoop, AMoveGoesBeforeTheStepTheApplyStepFunctionNames) {
+  RepartitionConfig config;
+  config.policy = "vpipe";
+  config.every = 2;
+  RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
+  std::vector<int64_t> asked;
+  loop.set_apply_step([&](int64_t earliest) {
+    asked.push_back(earliest);
+    return earliest + 1;
+  });
+  const RepartitionLoop::Ranges start{{0, 2}, {2, 4}};
+  auto rec = loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
+  ASSERT_TRUE(rec && rec->decision.apply) << (rec ? rec->decision.reason : "");
+  EXPECT_EQ(rec->apply_step, 6);
+  EXPECT_FALSE(loop.absorb(4, {1, 3}, start));
+  EXPECT_EQ(asked, (std::vector<int64_t>{5, 5}));  // when deciding, and when told
+  EXPECT_EQ(loop.learned(4), std::optional<int64_t>(6));
+  EXPECT_FALSE(loop.learned(5));
+  EXPECT_FALSE(loop.due(5));
+  ASSERT_TRUE(loop.due(6));
+  // The next window ends before the move went: no decision.
+  auto waiting = loop.absorb(5, sums({1, 1, 3, 3}, {2, 6}), start);
+  ASSERT_TRUE(waiting);
+  EXPECT_FALSE(waiting->decision.apply);
+  EXPECT_NE(waiting->decision.reason.find("before step 6"), std::string::npos)
+      << waiting->decision.reason;
+  loop.migrated();
+  // A function that finds no step: the move is not applied, nothing is due.
+  RepartitionLoop late(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
+  late.set_apply_step([](int64_t) { return int64_t{-1}; });
+  auto kept = late.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
+  ASSERT_TRUE(kept);
+  EXPECT_FALSE(kept->decision.apply);
+  EXPECT_EQ(kept->apply_step, 0);
+  EXPECT_NE(kept->decision.reason.find("drain"), std::string::npos) << kept->decision.reason;
+  EXPECT_FALSE(late.absorb(4, {0, 0}, start));
+  for (int64_t step = 4; step < 8; ++step) EXPECT_FALSE(late.due(step)) << step;
 }
 
 // The undo rule under noise (the default margin, 5%): a move measured slower by less than the

@@ -14,7 +14,9 @@ from step --from-step, with static async-1f1b against the three re-partition pol
                  slowdown's start are the slowdown's, where the measured window still mixes the
                  steps before it)
 
-All re-partitioning runs are async-1f1b with --migration restart. Ranks (--ranks): mpi (default:
+All re-partitioning runs are async-1f1b with --migration restart: the pipeline drains only where
+a policy moves layers (at the first step after the decision where the run can be cut), so a
+policy that moves nothing runs as static does. Ranks (--ranks): mpi (default:
 mpirun --oversubscribe -np 4, one process per rank, each reading its own /proc counters) or local
 (threads of one process, sharing them). Modes (--modes, recovery_common.py): emulated (every rank
 an emulated device, --inject "kind=device,factor=X": each layer lasts X times its CPU time, the
