@@ -78,6 +78,50 @@ TEST(PipeDreamRe, RepartitionsOnTheMeasuredCostsWithoutASlowdownModel) {
   EXPECT_NE(d.reason.find("measured layer costs"), std::string::npos) << d.reason;
 }
 
+// The paper's heavy case (Fig. 15/16): the interference lands on the stage that already bounds the
+// iteration, here one layer alone (cnn tiny's conv2, measured per-step ms of
+// tools/bench/dynpipe_recovery.py's start partition, 12 layers on 4 stages), 3x slower. The
+// iteration triples. dynpipe-no-rf hands conv2 to the unslowed stage 1 and gives the slowed rank
+// one cheap layer: the cycle is the solo one again (-67%, the paper's upper end). PipeDream-Re's
+// measured costs make conv2 itself 3x heavier wherever it runs, so it keeps the plan (no plan of
+// those costs is better): it cannot tell a slowed rank from a heavy layer.
+TEST(DynpipePolicy, HeavyInterferenceOnTheBottleneckStageMovesItsLayerToAnUnslowedRank) {
+  const std::vector<double> ms{16.91, 11.16, 4.85, 11.70, 55.55, 4.89,
+                               2.50,  7.77,  0.40, 7.20,  0.26,  0.61};
+  auto in = [&](double factor) {
+    RepartitionInput r;
+    r.step = 20;
+    r.window_steps = 10;
+    r.partition = {{0, 1}, {1, 4}, {4, 5}, {5, 12}};
+    for (size_t l = 0; l < ms.size(); ++l) {
+      r.layer_seconds.push_back(ms[l] / 1e3 * (l == 4 ? factor : 1.0));
+    }
+    for (const LayerRange& st : r.partition) {
+      double busy = 0.0;
+      for (size_t l = st.begin; l < st.end; ++l) busy += r.layer_seconds[l];
+      r.stage_busy_seconds.push_back(busy);
+    }
+    r.samples_per_step = 64;
+    r.layer_output_bytes.assign(ms.size(), 0.0);  // free links
+    r.layer_activation_bytes.assign(ms.size(), 64.0);
+    r.layer_param_bytes.assign(ms.size(), 1e4);
+    return r;
+  };
+  auto no_rf = make_policy(options("dynpipe-no-rf"));
+  EXPECT_FALSE(no_rf->propose(in(1.0)).apply);  // solo: balanced, kept
+  const RepartitionDecision d = no_rf->propose(in(3.0));
+  ASSERT_TRUE(d.apply) << d.reason;
+  EXPECT_EQ(d.partition, (Partition{{0, 4}, {4, 5}, {5, 6}, {6, 12}})) << d.reason;
+  EXPECT_NEAR(d.current_cost, 3 * 55.55e-3, 1e-6) << d.reason;
+  EXPECT_NEAR(d.predicted_cost, 55.55e-3, 1e-6) << d.reason;  // the solo cycle
+  EXPECT_NE(d.reason.find("measured slowdowns 1,1,3,1"), std::string::npos) << d.reason;
+  auto re = make_policy(options("pipedream-re"));
+  EXPECT_FALSE(re->propose(in(1.0)).apply);
+  const RepartitionDecision kept = re->propose(in(3.0));
+  EXPECT_FALSE(kept.apply) << kept.reason;
+  EXPECT_EQ(kept.partition, in(3.0).partition);
+}
+
 // A forest fitted on dynpipe_features() where the slowdown is 3 with more than 3 co-located load
 // threads on the rank's device, else 1.
 std::string write_forest(const std::string& dir) {
