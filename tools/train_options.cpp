@@ -547,8 +547,9 @@ void check_train_flags(const TrainOptions& o) {
                                << " moves layers between stages: it needs --stages > 1";
     STRATA_CHECK(o.schedule != "async-1f1b" || o.migration == "restart")
         << "--repartition " << o.repartition << " with async-1f1b needs --migration restart "
-        << "(the live protocol of the asynchronous schedule is not built): the pipeline drains "
-        << "where the loop decides a move";
+        << "(--migration live and dynpipe move what --migrate-at declares before the run; a "
+        << "move decided while it runs does not use them yet): the pipeline drains where the "
+        << "loop decides a move";
     STRATA_CHECK(o.memory_policy != "auto" ||
                  parallel::is_synchronous(parallel::parse_schedule(o.schedule)))
         << "--repartition " << o.repartition << " with " << o.schedule
