@@ -38,6 +38,11 @@ table, for every dynpipe run, the forest's predicted slowdown of each stage besi
 the stage measured at each decision (from the decision records: the forest's own prediction,
 before the measured floor of parallel/dynpipe/policy.h), and their mean absolute difference.
 
+--threshold sets the policies' --repartition-threshold (default 0.05, strata's): a higher one
+keeps them from moving on noise, and shows where dynpipe's fresh counters lead dynpipe-no-rf's
+window (a load that began in the window's last steps measures a small slowdown over the window,
+below the threshold, while the monitor's latest sample already carries the whole load).
+
 --rank slowest slows the rank of the start partition's slowest stage (measured start only): the
 heavy case, where the interference lengthens every iteration (the paper's Fig. 15/16: PipeDream's
 iteration 1.2-3x longer); a rank of a cheaper stage is slowed without lengthening the iteration
@@ -142,6 +147,8 @@ def main():
     ap.add_argument("--monitor-ms", type=float, default=100,
                     help="dynpipe's --monitor-interval-ms (the counters' freshness)")
     ap.add_argument("--epoch-steps", type=int, default=40, help="pipedream-re's 'epoch'")
+    ap.add_argument("--threshold", type=float, default=0.05,
+                    help="--repartition-threshold of the three policies (the least predicted gain)")
     ap.add_argument("--partition", default="measured",
                     help="the start: measured (balanced on the probe's layer costs) or a "
                          "--partition text")
@@ -187,15 +194,16 @@ def main():
             return ("load (rank %d, %d threads)" % (r, a.threads),
                     "rank=%d,from=%d,kind=load,threads=%d" % (r, f, a.threads))
         sys.exit("unknown workload " + key)
+    gate = ["--repartition-threshold", "%g" % a.threshold]
     all_systems = [
         ("static async-1f1b", []),
         ("PipeDream-Re", ["--repartition", "pipedream-re", "--repartition-every",
-                          str(a.epoch_steps), "--migration", "restart"]),
+                          str(a.epoch_steps), "--migration", "restart"] + gate),
         ("dynpipe-no-rf", ["--repartition", "dynpipe-no-rf", "--repartition-every", str(a.every),
-                           "--migration", "restart"]),
+                           "--migration", "restart"] + gate),
         ("dynpipe", ["--repartition", "dynpipe", "--repartition-every", str(a.every),
                      "--migration", "restart", "--slowdown-model", a.model,
-                     "--monitor-interval-ms", "%g" % a.monitor_ms]),
+                     "--monitor-interval-ms", "%g" % a.monitor_ms] + gate),
     ]
     keys = ["static", "pipedream-re", "dynpipe-no-rf", "dynpipe"]
     chosen = a.systems.split(",")
@@ -224,8 +232,8 @@ def main():
                  a.loss_window, a.target_loss, a.repeats))
         print("| workload | system | s/step (after settle) | vs static | s/step (reaction) | "
               "vs static | model s/step (after settle) | vs static | time to loss (s) | step | "
-              "moves | final partition (last run) |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "moves | first move after step | final partition (last run) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for key in a.workloads.split(","):
             name, inject = spec(key)
             res = {s: {"step": [], "react": [], "model": [], "ttl": [], "ttl_step": [],
@@ -254,6 +262,8 @@ def main():
                     res[sname]["ttl"].append(ttl if ttl is not None else float("inf"))
                     res[sname]["ttl_step"].append(ttl_step if ttl_step is not None else -1)
                     moves = [m for m in recs if m["type"] == "migration"]
+                    res[sname].setdefault("first", []).append(
+                        str(moves[0]["step"]) if moves else "-")
                     res[sname]["moves"] = max(res[sname]["moves"], len(moves))
                     res[sname]["final"] = moves[-1]["partition"] if moves else "(no move)"
                     if sname == "dynpipe":
@@ -269,14 +279,15 @@ def main():
                 ttl = statistics.median(s["ttl"])
                 mod = statistics.median(s["model"]) if model else float("nan")
                 print("| %s | %s | %.4f | %+.0f%% | %.4f | %+.0f%% | %.4f | %+.0f%% | %s | %s | "
-                      "%d | %s |"
+                      "%d | %s | %s |"
                       % (name, sname, step,
                          100 * (step / static - 1) if has_static else float("nan"), react,
                          100 * (react / static_react - 1) if has_static else float("nan"),
                          mod, 100 * (mod / static_model - 1) if has_static and model
                          else float("nan"),
                          "%.2f" % ttl if ttl != float("inf") else "not reached",
-                         "/".join(str(x) for x in s["ttl_step"]), s["moves"], s["final"]),
+                         "/".join(str(x) for x in s["ttl_step"]), s["moves"],
+                         "/".join(s.get("first", [])), s["final"]),
                       flush=True)
         print("\nload average at end: %s\n" % loadavg(), flush=True)
     if decisions:
