@@ -16,7 +16,8 @@
 // repartition_loop.h) is known to every rank only after step d + 1 has run, so the run is cut
 // then, at the first step e >= d + 2 such that every stage's segments of the steps that ran are
 // those of the run cut at e (the program of [begin, e) starts as the one of [begin, end) until its
-// cool-down; stage 0 forwards S - 1 micro-batches ahead, so e is d + 3 while S - 1 <= M). The
+// cool-down; stage 0 forwards S - 1 micro-batches ahead: e is d + 2 while S - 1 <= M, later
+// when it runs further ahead, as d + 3 with 3 stages of 1 micro-batch). The
 // executor posts its receives ahead only within the segment it runs (StageTransfers::post_ahead),
 // so nothing of the later segments was started. Until a move is decided the run does not drain,
 // and its numbers are those of the run without the loop.
