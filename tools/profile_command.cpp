@@ -78,8 +78,9 @@ ModelProfile profile_model(const ProfileOptions& o) {
 ModelProfile profile_model(const ProfileOptions& o, std::shared_ptr<const io::Dataset> data) {
   STRATA_CHECK_GT(o.steps, 0) << "--steps must be positive";
   STRATA_CHECK_GT(o.batch_size, 0) << "--batch-size must be positive";
-  ExecContext ctx(Device::cpu(), nullptr, o.threads);
   ModelProfile result;
+  result.allocator = std::make_shared<CpuAllocator>();
+  ExecContext ctx(Device::cpu(), result.allocator.get(), o.threads);
   result.model = build_cli_model(o.model, o.size, o.model_spec, *data);
   result.dataset = data->name();
   result.threads = describe_threads(ctx);

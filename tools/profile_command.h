@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/allocator.h"
 #include "graph/model.h"
 #include "graph/profiler.h"
 #include "io/dataset.h"
@@ -40,6 +41,10 @@ void add_model_flags(CLI::App* command, ProfileOptions& options);
 
 // A model profiled on real batches.
 struct ModelProfile {
+  // The profile's own allocator (first: it outlives what was allocated from it): the layers'
+  // peak bytes are this profile's alone, not those of other threads of the process (local ranks
+  // profiling or training at the same time shared the default allocator's window peak).
+  std::shared_ptr<Allocator> allocator;
   std::unique_ptr<graph::Model> model;
   std::unique_ptr<graph::LayerProfiler> profiler;
   std::string dataset;  // the dataset's name
