@@ -179,6 +179,20 @@ TensorList Model::backward_layer(ExecContext& ctx, size_t i, const TensorList& g
   return grads;
 }
 
+std::vector<Model::TiedParam> Model::tied_params() const {
+  std::vector<TiedParam> out;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (const ParamSpec& spec : layers_[l]->param_specs()) {
+      if (spec.tied_to.empty()) continue;
+      const std::optional<size_t> owner = find_param_layer(spec.tied_to);
+      STRATA_CHECK(owner.has_value()) << "model " << name_ << ": " << layers_[l]->name() << "."
+                                      << spec.name << " is tied to unknown " << spec.tied_to;
+      out.push_back({l, *owner, layers_[l]->name() + "." + spec.name, spec.tied_to});
+    }
+  }
+  return out;
+}
+
 std::string Model::summary() const {
   std::ostringstream s;
   char line[256];

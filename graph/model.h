@@ -49,6 +49,14 @@ class Model {
   std::optional<size_t> find(const std::string& layer_name) const;
   // The layer holding the parameter of this full name ("layer.param.name"), if any.
   std::optional<size_t> find_param_layer(const std::string& full_name) const;
+  // Every tied parameter, in layer order: the layer that uses it and the layer that owns the
+  // parameter it is tied to (add() checked that one exists).
+  struct TiedParam {
+    size_t user = 0, owner = 0;  // layer indices
+    std::string name;            // the user's parameter, "layer.param"
+    std::string tied_to;         // the owner's, "layer.param"
+  };
+  std::vector<TiedParam> tied_params() const;
   // Per-sample specs of the tensors entering layer i (i == size(): the model's outputs).
   const TensorSpecs& specs_before(size_t i) const;
   const TensorSpecs& input_specs() const { return specs_.front(); }

@@ -56,18 +56,12 @@ std::optional<std::pair<int, int>> split_tied_stages(const graph::Model& model,
     return stage;
   };
   std::optional<std::pair<int, int>> split;
-  for (size_t l = 0; l < model.size(); ++l) {
-    for (const graph::ParamSpec& spec : model.layer(l).param_specs()) {
-      if (spec.tied_to.empty()) continue;
-      const auto owner = model.find_param_layer(spec.tied_to);
-      STRATA_CHECK(owner.has_value()) << "parameter " << model.layer(l).name() << "." << spec.name
-                                      << " is tied to unknown " << spec.tied_to;
-      const std::pair<int, int> stages{stage_of(*owner), stage_of(l)};
-      if (stages.first == stages.second) continue;
-      STRATA_CHECK(!split || *split == stages)
-          << "tied parameters split over more than one pair of stages are not supported";
-      split = stages;
-    }
+  for (const graph::Model::TiedParam& t : model.tied_params()) {
+    const std::pair<int, int> stages{stage_of(t.owner), stage_of(t.user)};
+    if (stages.first == stages.second) continue;
+    STRATA_CHECK(!split || *split == stages)
+        << "tied parameters split over more than one pair of stages are not supported";
+    split = stages;
   }
   return split;
 }

@@ -44,15 +44,9 @@ int stage_of_layer(const PipelineConfig& pipeline, size_t layer) {
 // The (owner, user) stages of a tied parameter whose sides sit on different stages, if any.
 std::optional<std::pair<int, int>> split_tied(const graph::Model& model,
                                               const PipelineConfig& pipeline) {
-  for (size_t l = 0; l < model.size(); ++l) {
-    for (const graph::ParamSpec& spec : model.layer(l).param_specs()) {
-      if (spec.tied_to.empty()) continue;
-      const auto owner = model.find_param_layer(spec.tied_to);
-      STRATA_CHECK(owner.has_value()) << "parameter " << model.layer(l).name() << "." << spec.name
-                                      << " is tied to unknown " << spec.tied_to;
-      const int a = stage_of_layer(pipeline, *owner), b = stage_of_layer(pipeline, l);
-      if (a != b) return std::make_pair(a, b);
-    }
+  for (const graph::Model::TiedParam& t : model.tied_params()) {
+    const int a = stage_of_layer(pipeline, t.owner), b = stage_of_layer(pipeline, t.user);
+    if (a != b) return std::make_pair(a, b);
   }
   return std::nullopt;
 }
