@@ -147,11 +147,18 @@ Executor::Executor(ExecContext& ctx, graph::Model& model, graph::ParamStore& sto
     // executor's thread issues them, GroupedDp's threads the core's).
     if (comms.dp != nullptr && comms.dp->size() > 1)
       live_dp_ = comms.dp->split(0, comms.dp->rank());
-    if (config.live->paused) {
-      live_ = std::make_unique<PausedStage>(ctx, model, range.stage, *config.live, config.optimizer,
+    LiveMigrationConfig live = *config.live;
+    if (config.injector != nullptr && config.injector->per_layer()) {  // the moved layers too
+      Injector* injector = config.injector;
+      live.layer_observer = [injector](size_t layer, bool backward, int64_t step, double seconds) {
+        injector->after_layer(layer, backward, step, seconds);
+      };
+    }
+    if (live.paused) {
+      live_ = std::make_unique<PausedStage>(ctx, model, range.stage, live, config.optimizer,
                                             live_dp_.get());
     } else {
-      live_ = std::make_unique<LiveStage>(ctx, model, range.stage, *config.live, config.optimizer,
+      live_ = std::make_unique<LiveStage>(ctx, model, range.stage, live, config.optimizer,
                                           live_dp_.get());
     }
     const StageLayout& layout = live_->layout();

@@ -187,6 +187,7 @@ class Executor {
   int64_t weight_versions_peak() const { return versions_.peak(); }
   // The live migration's side of this stage (null without one).
   const MovingLayers* live() const { return live_.get(); }
+  MovingLayers* live() { return live_.get(); }
 
  private:
   struct InFlight;

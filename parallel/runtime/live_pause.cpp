@@ -347,6 +347,11 @@ double PausedStage::update(int64_t step) {
   return 0.0;
 }
 
+void PausedStage::add_migration(const Partition&, int64_t, const std::string& what) {
+  STRATA_THROW() << what << ": --migration dynpipe moves the one migration laid out before the "
+                 << "run; a move decided while it runs goes with --migration live";
+}
+
 void PausedStage::restore_latest() {
   if (versions_) versions_->restore_latest();
 }

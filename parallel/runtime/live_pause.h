@@ -80,6 +80,9 @@ class PausedStage : public MovingLayers {
   TensorList backward(int64_t mb, const TensorList& grads, const graph::ForwardOptions& options,
                       const CoreBackward& core, MicroBatchSource& source) override;
   double update(int64_t step) override;
+  // Refused: the take-over is agreed at run time, for the one migration laid out before it.
+  void add_migration(const Partition& next, int64_t first_backward,
+                     const std::string& what) override;
   void restore_latest() override;
   void finish() override;
   LiveStageStats stats() const override { return stats_; }

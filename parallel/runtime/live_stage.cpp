@@ -73,11 +73,14 @@ std::vector<Partition> LiveStage::partitions(const LiveMigrationConfig& config) 
 }
 
 LayerRange LiveStage::core_range(const LiveMigrationConfig& config, int stage) {
-  LayerRange core = config.initial.at(static_cast<size_t>(stage));
+  const LayerRange first = config.initial.at(static_cast<size_t>(stage));
+  if (config.open) return {first.begin, first.begin};
+  LayerRange core = first;
   for (const Partition& p : partitions(config)) {
     const LayerRange& r = p.at(static_cast<size_t>(stage));
     core = {std::max(core.begin, r.begin), std::min(core.end, r.end)};
   }
+  if (core.begin >= core.end) return {first.begin, first.begin};  // it keeps none of its layers
   return core;
 }
 
@@ -92,15 +95,23 @@ LiveStage::LiveStage(ExecContext& ctx, graph::Model& model, int stage,
       dp_(dp),
       layout_(config.initial),
       core_(core_range(config, stage)) {
+  STRATA_CHECK(config.comm != nullptr) << config.what << ": no migration communicator";
+  STRATA_CHECK(config.make_store != nullptr) << config.what << ": no store maker";
+  if (config.open) {  // every layer of the stage a block of its own, no hop yet
+    const LayerRange r = config.initial.at(static_cast<size_t>(stage));
+    for (size_t l = r.begin; l < r.end; ++l) {
+      auto b = std::make_unique<Block>();
+      b->begin = l;
+      b->end = l + 1;
+      b->live = true;
+      make_block_stores(*b);
+      blocks_.push_back(std::move(b));
+    }
+    return;
+  }
   layout_.add_live_migration(config.next, config.first_backward);
   for (const LiveMigrationStep& m : config.then)
     layout_.add_live_migration(m.next, m.first_backward);
-  STRATA_CHECK(core_.begin < core_.end)
-      << config.what << ": stage " << stage << " would keep none of its layers [" << core_.begin
-      << ", " << core_.end << ") through the migration" << (config.then.empty() ? "" : "s")
-      << "; move fewer layers at once, or use --migration restart";
-  STRATA_CHECK(config.comm != nullptr) << config.what << ": no migration communicator";
-  STRATA_CHECK(config.make_store != nullptr) << config.what << ": no store maker";
   // The pieces: maximal runs of layers with the same stage in every partition; those that change
   // stage are blocks, with a hop per migration that moves them. Every stage enumerates every hop
   // in the same order (a communicator split each, collective over the migration's).
@@ -141,29 +152,63 @@ LiveStage::LiveStage(ExecContext& ctx, graph::Model& model, int stage,
         b->end = end;
         b->live = o[0] == stage;
       }
-      Hop h;
-      h.move = *whole;
-      h.move.begin = begin;
-      h.move.end = end;
-      h.migration = i;
-      h.source = o[i] == stage;
       std::string name = config.what;
       if (i > 0 && i - 1 < config.then.size()) name = config.then[i - 1].what;
-      h.what = name + " (" + layers_of(model, h.move) + ")";
-      // The inputs of micro-batches [K, F), then the hand-off.
-      const int64_t items = h.move.first_forward - h.move.first_backward + 1;
-      h.transfer = std::make_unique<LiveTransfer>(
-          *comm, 1 - comm->rank(),
-          h.source ? LiveTransfer::Role::kSource : LiveTransfer::Role::kTarget, items, h.what,
-          config.transfer);
+      b->hops.push_back(make_hop(*whole, begin, end, i, *comm, name));
       hop_comms_.push_back(std::move(comm));
-      b->hops.push_back(std::move(h));
     }
     if (b != nullptr) {
       make_block_stores(*b);
       blocks_.push_back(std::move(b));
     }
     begin = end;
+  }
+}
+
+LiveStage::Hop LiveStage::make_hop(const BoundaryMove& whole, size_t begin, size_t end,
+                                   size_t migration, Communicator& comm, const std::string& name) {
+  Hop h;
+  h.move = whole;
+  h.move.begin = begin;
+  h.move.end = end;
+  h.migration = migration;
+  h.source = whole.src == stage_;
+  h.what = name + " (" + layers_of(model_, h.move) + ")";
+  // The inputs of micro-batches [K, F), then the hand-off.
+  const int64_t items = h.move.first_forward - h.move.first_backward + 1;
+  h.transfer = std::make_unique<LiveTransfer>(
+      comm, 1 - comm.rank(), h.source ? LiveTransfer::Role::kSource : LiveTransfer::Role::kTarget,
+      items, h.what, config_.transfer);
+  return h;
+}
+
+void LiveStage::add_migration(const Partition& next, int64_t first_backward,
+                              const std::string& what) {
+  STRATA_CHECK(config_.open) << what << ": the run's migrations were laid out before it started";
+  const size_t migration = layout_.migrations().size();
+  layout_.add_live_migration(next, first_backward);
+  // A hop per moved layer, every stage splitting the migration's communicator once per moved
+  // layer, in the same order (boundaries, then layers, in order).
+  for (const BoundaryMove& m : layout_.migrations().back()) {
+    for (size_t l = m.begin; l < m.end; ++l) {
+      const bool here = m.src == stage_ || m.tgt == stage_;
+      std::unique_ptr<Communicator> comm = config_.comm->split(here ? 0 : -1, stage_);
+      if (!here) continue;
+      auto it = std::find_if(blocks_.begin(), blocks_.end(),
+                             [l](const std::unique_ptr<Block>& b) { return b->begin >= l; });
+      if (it == blocks_.end() || (*it)->begin != l) {  // the layer comes here for the first time
+        STRATA_CHECK(m.tgt == stage_) << what << ": stage " << stage_ << " gives "
+                                      << model_.layer(l).name() << ", which it never held";
+        auto b = std::make_unique<Block>();
+        b->begin = l;
+        b->end = l + 1;
+        it = blocks_.insert(it, std::move(b));
+      }
+      Block& b = **it;
+      if (!b.live && b.store == nullptr) make_block_stores(b);  // to receive the hand-off into
+      b.hops.push_back(make_hop(m, l, l + 1, migration, *comm, what));
+      hop_comms_.push_back(std::move(comm));
+    }
   }
 }
 
@@ -179,6 +224,7 @@ void LiveStage::make_block_stores(Block& b) {
   b.optimizer = std::make_unique<graph::Optimizer>(*b.store, optimizer_);
   b.memory =
       std::make_unique<StageMemory>(ctx_, model_, *b.store, b.begin, b.end, MemoryPlan(), nullptr);
+  if (config_.layer_observer) b.memory->set_layer_observer(config_.layer_observer);
   b.versions = std::make_unique<WeightVersions>(ctx_, *b.store);
 }
 

@@ -50,6 +50,18 @@
 // step. Every group's rank of a stage runs the same program over the same layout, so the blocks
 // meet in the same order on all of them.
 //
+// Migrations decided while the run goes (LiveMigrationConfig::open; the trainer's --repartition):
+// no partition after the initial one is known when the run starts, so every layer of the stage is
+// a block of its own from the start and the core is empty (the stage's store holds no layer). A
+// migration added at run time (add_migration, called by every stage of the pipeline at the same
+// point of the run, with the same partition and K) gives each layer it moves a hop, as above; a
+// layer that comes to this stage gets a block then. Its K must be after every forward any stage
+// has run or posted a receive for (the caller's to choose), and after the previous migration's
+// last forward switch (StageLayout checks that).
+//
+// A stage may keep none of its layers through a migration (the core is then empty: its forwards
+// and backwards run only blocks), as long as every layer moves at most one stage.
+//
 // Limits (refused by the caller, named): float32 stores (no mixed
 // precision), no gradient clipping or --nan-policy skip (a global norm over the blocks), no
 // --dp-delay, the keep memory policy for the moved layers, no tied parameters in them.
@@ -100,6 +112,11 @@ struct LiveMigrationConfig {
   // `micro_batches`.
   bool paused = false;
   int64_t micro_batches = 0;
+  // Migrations are added while the run goes (LiveStage::add_migration); `next` and `then` are
+  // unused.
+  bool open = false;
+  // Called after every layer the blocks run, as StageMemory's (the injector's slowdowns).
+  LayerObserver layer_observer;
 };
 
 // Counters for tests and the run's report.
@@ -134,11 +151,17 @@ class LiveStage : public MovingLayers {
   LiveStage(const LiveStage&) = delete;
   LiveStage& operator=(const LiveStage&) = delete;
 
-  // The layers no migration moves (the intersection of the stage's ranges in every partition).
+  // The layers no migration moves (the intersection of the stage's ranges in every partition;
+  // empty, at the stage's first layer, when there is none or the migrations are open).
   static LayerRange core_range(const LiveMigrationConfig& config, int stage);
   // The partitions: the initial one, then after each migration.
   static std::vector<Partition> partitions(const LiveMigrationConfig& config);
   const StageLayout& layout() const override { return layout_; }
+  // An open run's next migration (see the header's comment): to `next`, its first backward on the
+  // new stages micro-batch `first_backward`; `what` names it in errors. Collective over the
+  // migration's communicator.
+  void add_migration(const Partition& next, int64_t first_backward,
+                     const std::string& what) override;
 
   // MovingLayers (see there).
   TensorList forward(int64_t mb, const TensorList& inputs, const graph::ForwardOptions& options,
@@ -164,6 +187,10 @@ class LiveStage : public MovingLayers {
   struct Block;
   // The block's stores (parameters, optimizer, saved tensors, weight versions), made afresh.
   void make_block_stores(Block& b);
+  // The hop of layers [begin, end) in `whole`, a boundary move of migration `migration`, over
+  // `comm` (of the hop's two stages).
+  Hop make_hop(const BoundaryMove& whole, size_t begin, size_t end, size_t migration,
+               Communicator& comm, const std::string& name);
   void receive_handoff(Block& b, const std::string& waiter, MicroBatchSource& source);
   void expect_items(Block& b, Hop& h, int64_t up_to, MicroBatchSource& source);
   void release_unneeded(Block& b);

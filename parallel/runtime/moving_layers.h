@@ -41,6 +41,10 @@ class MovingLayers {
   virtual double update(int64_t step) = 0;
   // Puts the latest weights back into the moved layers' stores (between programs).
   virtual void restore_latest() = 0;
+  // A migration decided while the run goes: to `next`, its first backward on the new stages
+  // micro-batch `first_backward` (LiveStage's open runs; the others refuse it, naming `what`).
+  virtual void add_migration(const Partition& next, int64_t first_backward,
+                             const std::string& what) = 0;
   // Checks that nothing is left (every record consumed, every transfer through).
   virtual void finish() = 0;
   virtual LiveStageStats stats() const = 0;

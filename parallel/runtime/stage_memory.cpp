@@ -67,7 +67,8 @@ StageMemory::StageMemory(ExecContext& ctx, graph::Model& model, graph::ParamStor
       plan_(std::move(plan)),
       copies_(copies),
       trace_(trace) {
-  STRATA_CHECK(begin < end && end <= model.size())
+  // Empty: a stage whose layers all move live (its forwards and backwards pass through here).
+  STRATA_CHECK(begin <= end && end <= model.size())
       << "stage memory: layer range [" << begin << ", " << end << ")";
   swaps_ = plan_.uses(MemoryPolicy::kSwap, begin, end);
   stats_.first_layer = begin;

@@ -103,7 +103,8 @@ struct PieceMove {
   int src = 0, tgt = 0;
 };
 
-inline std::vector<PieceMove> piece_moves(const Case& c, size_t layers) {
+// `per_layer`: every layer a piece (an open run's blocks: LiveStage::add_migration).
+inline std::vector<PieceMove> piece_moves(const Case& c, size_t layers, bool per_layer = false) {
   std::vector<Partition> parts{c.initial, c.next};
   for (const LiveMigrationStep& m : c.then) parts.push_back(m.next);
   auto owners = [&](size_t layer) {
@@ -119,7 +120,7 @@ inline std::vector<PieceMove> piece_moves(const Case& c, size_t layers) {
   for (size_t begin = 0; begin < layers;) {
     const std::vector<int> o = owners(begin);
     size_t end = begin + 1;
-    while (end < layers && owners(end) == o) ++end;
+    while (!per_layer && end < layers && owners(end) == o) ++end;
     for (size_t i = 0; i + 1 < o.size(); ++i) {
       if (o[i] != o[i + 1]) out.push_back({begin, end, o[i], o[i + 1]});
     }
@@ -129,9 +130,9 @@ inline std::vector<PieceMove> piece_moves(const Case& c, size_t layers) {
 }
 
 // The pieces that ever change stage.
-inline int64_t moving_pieces(const Case& c, size_t layers) {
+inline int64_t moving_pieces(const Case& c, size_t layers, bool per_layer = false) {
   std::vector<std::pair<size_t, size_t>> seen;
-  for (const PieceMove& m : piece_moves(c, layers)) {
+  for (const PieceMove& m : piece_moves(c, layers, per_layer)) {
     if (seen.empty() || seen.back() != std::make_pair(m.begin, m.end))
       seen.push_back({m.begin, m.end});
   }
@@ -405,13 +406,39 @@ struct RankResult {
   Weights weights;  // the stage's core and the moved layers it holds at the end
   double loss = 0.0;
   LiveStageStats stats;
+  // An open run: the forwards of each piece of the program (its loss is the pieces' sums, summed).
+  std::vector<int64_t> loss_pieces;
 };
+
+// An open run (LiveMigrationConfig::open): the updates of stage 0's program after which each
+// migration of `c` is added, the latest at which no stage has run a forward of its K or later.
+inline std::vector<int64_t> open_cuts(const Case& c) {
+  const int S = c.stages();
+  const Schedule schedule = make_schedule(ScheduleKind::kAsync1F1B, S, c.micro_batches);
+  std::vector<int64_t> ks{c.first_backward};
+  for (const LiveMigrationStep& m : c.then) ks.push_back(m.first_backward);
+  std::vector<int64_t> cuts;
+  for (int64_t k : ks) {
+    int64_t cut = c.micro_batches;
+    for (const Program& program : schedule.programs) {
+      int64_t updates = 0;
+      for (const Instruction& in : program) {
+        if (in.op == OpCode::kForward && in.micro_batch >= k) break;
+        if (in.op == OpCode::kOptimizerStep) ++updates;
+      }
+      cut = std::min(cut, updates);
+    }
+    cuts.push_back(cuts.empty() ? cut : std::max(cut, cuts.back()));
+  }
+  return cuts;
+}
 
 // One rank of `comm` runs async-1f1b over the case's micro-batches with the live migration
 // inside; small chunks and window so that the transfer cuts and paces the items. `groups` > 1:
 // rank = group * S + stage, each group a pipeline of its own, the groups' gradients all-reduced
-// (GroPipe); every group moves the same layers at the same micro-batch.
-inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
+// (GroPipe); every group moves the same layers at the same micro-batch. `open`: the migrations are
+// added while the program runs, each at its cut of open_cuts (the program run in pieces).
+inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1, bool open = false) {
   const int S = c.stages();
   const int s = comm.rank() % S, group = comm.rank() / S;
   comm.set_timeout(std::chrono::seconds(kTimeoutSeconds));  // a hang fails in seconds
@@ -439,6 +466,7 @@ inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
   live.transfer.chunk_bytes = 64;
   live.transfer.window_bytes = 256;
   live.what = "test migration (" + c.name + ")";
+  live.open = open;
   live.make_store = [&](size_t b, size_t e) {
     auto store = std::make_unique<graph::ParamStore>(*model, b, e, ctx.allocator());
     store->initialize(kSeed);
@@ -464,7 +492,43 @@ inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
                       config);
     const Schedule schedule = make_schedule(ScheduleKind::kAsync1F1B, S, c.micro_batches);
     const std::unique_ptr<MicroBatchSource> source = c.fixture.source(group, groups);
-    out.loss = executor.run(schedule.programs[s], *source).loss;
+    if (!open) {
+      out.loss = executor.run(schedule.programs[s], *source).loss;
+    } else {
+      // The program in pieces, cut after the updates of open_cuts; between them the migrations.
+      std::vector<LiveMigrationStep> moves{{c.next, c.first_backward, live.what}};
+      moves.insert(moves.end(), c.then.begin(), c.then.end());
+      const std::vector<int64_t> cuts = open_cuts(c);
+      Program piece;
+      int64_t updates = 0, forwards = 0;
+      auto run_piece = [&] {
+        out.loss += executor.run(piece, *source).loss;
+        out.loss_pieces.push_back(forwards);
+        piece.clear();
+        forwards = 0;
+      };
+      size_t next = 0;
+      auto add_due = [&] {
+        while (next < moves.size() && cuts[next] == updates) {
+          executor.live()->add_migration(moves[next].next, moves[next].first_backward,
+                                         moves[next].what);
+          ++next;
+        }
+      };
+      add_due();
+      for (const Instruction& in : schedule.programs[s]) {
+        piece.push_back(in);
+        if (in.op == OpCode::kForward) ++forwards;
+        if (in.op != OpCode::kOptimizerStep) continue;
+        ++updates;
+        if (next < moves.size() && cuts[next] == updates) {
+          run_piece();
+          add_due();
+        }
+      }
+      if (!piece.empty()) run_piece();
+      EXPECT_EQ(next, moves.size()) << c.name << ": migrations never added";
+    }
     executor.finish();
     EXPECT_EQ(executor.optimizer_steps(), c.micro_batches) << c.name << ", stage " << s;
     add_weights(store, &out.weights);
@@ -480,7 +544,7 @@ inline RankResult run_rank(Communicator& comm, const Case& c, int groups = 1) {
 // and what moved to and from it.
 // `group`: the rank's data-parallel group (its loss is that group's).
 inline void check_rank(const Case& c, int s, const RankResult& r, const OracleResult& expected,
-                       int group = 0) {
+                       int group = 0, bool open = false) {
   const int S = c.stages();
   // The stage ends with the layers of the new partition, each bit for bit the oracle's.
   std::vector<std::string> names;
@@ -499,15 +563,28 @@ inline void check_rank(const Case& c, int s, const RankResult& r, const OracleRe
                              << " differs from the oracle";
   }
   if (s == S - 1) {
-    double loss = 0.0;  // the group's losses summed in order, as its last stage sums them
-    for (double l : expected.group_losses.at(static_cast<size_t>(group))) loss += l;
+    // The group's losses summed in order, as its last stage sums them (in an open run, per piece
+    // of the program, then the pieces' sums).
+    const std::vector<double>& losses = expected.group_losses.at(static_cast<size_t>(group));
+    double loss = 0.0;
+    if (open) {
+      size_t j = 0;
+      for (int64_t n : r.loss_pieces) {
+        double piece = 0.0;
+        for (int64_t i = 0; i < n; ++i) piece += losses.at(j++);
+        loss += piece;
+      }
+      EXPECT_EQ(j, losses.size()) << c.name << ": the pieces' forwards";
+    } else {
+      for (double l : losses) loss += l;
+    }
     EXPECT_EQ(r.loss, loss) << c.name << ": the losses of group " << group;
   }
   // Exactly S - src - 1 micro-batches' inputs move per moved piece of layers and migration; each
   // replayed backward once.
   int64_t sent = 0, received = 0, handoffs_out = 0, handoffs_in = 0;
   size_t moved_params = 0;  // the parameters this stage handed off, summed over its hand-offs
-  for (const PieceMove& m : piece_moves(c, model->size())) {
+  for (const PieceMove& m : piece_moves(c, model->size(), open)) {
     if (m.src == s) sent += S - m.src - 1, ++handoffs_out;
     if (m.tgt == s) received += S - m.src - 1, ++handoffs_in;
     if (m.src != s) continue;

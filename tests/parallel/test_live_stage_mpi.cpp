@@ -33,6 +33,26 @@ TEST(LiveStageMpi, TwoMigrationsMatchTheEq4Oracle) {
   }
 }
 
+// Migrations added while the run goes (an open run): each between two pieces of the program, all
+// ranks at the same point, bit for bit the oracle of the run laid out in advance.
+TEST(LiveStageMpi, MigrationsAddedWhileTheRunGoesMatchTheEq4Oracle) {
+  auto world = mpi_world();
+  std::vector<live_stage_checks::Case> cases = live_stage_checks::cases(world->size());
+  for (const live_stage_checks::Case& c : live_stage_checks::two_move_cases(world->size())) {
+    cases.push_back(c);
+  }
+  for (live_stage_checks::Case c : cases) {
+    SCOPED_TRACE(c.name + ", open");
+    const int64_t later = 2 * world->size();  // a piece runs before the first migration
+    c.first_backward += later;
+    for (LiveMigrationStep& m : c.then) m.first_backward += later;
+    c.micro_batches += later;
+    const live_stage_checks::RankResult r = live_stage_checks::run_rank(*world, c, 1, true);
+    live_stage_checks::check_rank(c, world->rank(), r, live_stage_checks::oracle(c, true), 0, true);
+    world->barrier("live stage test (open)");
+  }
+}
+
 // 2 groups x 2 stages: the moved layers' gradients are all-reduced over the groups on whichever
 // stage holds them at each update.
 TEST(LiveStageMpi, TwoGroupsOfTwoStages) {
