@@ -39,8 +39,8 @@ void check_case(const Case& c, int groups = 1, bool open = false) {
   for (const RankResult& r : results) updates += r.stats.moved_updates;
   const std::unique_ptr<graph::Model> model = c.fixture.model();
   const size_t layers = model->size();
-  const int64_t blocks = open ? static_cast<int64_t>(layers)
-                              : live_stage_checks::moving_pieces(c, layers);
+  const int64_t blocks =
+      open ? static_cast<int64_t>(layers) : live_stage_checks::moving_pieces(c, layers);
   EXPECT_EQ(updates, groups * c.micro_batches * blocks);
   // The oracle tells the versions apart: the run without the migration's Eq. 4 (every layer on
   // its first stage's versions throughout) ends elsewhere.
@@ -114,10 +114,13 @@ TEST(LiveStage, TiedGpt2TwoGroupsMatchTheEq4Oracle) {
 // from stage 2 (both moves up); moving down, stage 1's forward of one micro-batch runs no layer at
 // all (it has given fc1 to stage 2 and not yet taken relu0 from stage 0).
 TEST(LiveStage, AStageMayKeepNoneOfItsLayers) {
-  check_case({"S=3 up: fc1 1->0, relu1 2->1", {{0, 2}, {2, 3}, {3, 9}}, {{0, 3}, {3, 4}, {4, 9}}, 3,
+  check_case(
+      {"S=3 up: fc1 1->0, relu1 2->1", {{0, 2}, {2, 3}, {3, 9}}, {{0, 3}, {3, 4}, {4, 9}}, 3, 12});
+  check_case({"S=3 down: relu0 0->1, fc1 1->2",
+              {{0, 2}, {2, 3}, {3, 9}},
+              {{0, 1}, {1, 2}, {2, 9}},
+              3,
               12});
-  check_case({"S=3 down: relu0 0->1, fc1 1->2", {{0, 2}, {2, 3}, {3, 9}}, {{0, 1}, {1, 2}, {2, 9}},
-              3, 12});
 }
 
 // Migrations added while the run goes (an open run, as the trainer's --repartition decides them):
