@@ -161,6 +161,14 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
     }
     r.proposed = partition_string(r.decision.partition, names_);
     pending_apply_ = -1;
+    if (r.decision.apply && move_check_) {
+      const std::string why = move_check_(current, r.decision.partition);
+      if (!why.empty()) {
+        r.decision.apply = false;
+        last_move_.reset();
+        r.decision.reason += "; but " + why + ": kept";
+      }
+    }
     if (r.decision.apply) {
       pending_apply_ = apply_step_ ? apply_step_(step + 2) : step + 2;
       if (pending_apply_ < 0) {
@@ -332,13 +340,13 @@ std::vector<std::map<std::string, double>> RepartitionLoop::stage_counters() con
 }
 
 void RepartitionLoop::check(const RepartitionConfig& config, bool synchronous, bool restart,
-                            bool swaps) {
+                            bool swaps, bool live_async) {
   if (config.policy == "off") return;
-  STRATA_CHECK(synchronous || restart)
-      << "--repartition with async-1f1b: --migration live is not available for the asynchronous "
-         "schedule yet; use --migration restart (the pipeline drains only where the loop decides "
-         "a move, at the first step after the decision where the run cut there agrees with the "
-         "one that ran)";
+  STRATA_CHECK(synchronous || restart || live_async)
+      << "--repartition with an asynchronous schedule: the layers move live under async-1f1b "
+         "with --migration live only; use --migration restart (the pipeline drains only where "
+         "the loop decides a move, at the first step after the decision where the run cut there "
+         "agrees with the one that ran)";
   STRATA_CHECK(synchronous || !swaps)
       << "--repartition with async-1f1b and swapped layers (--memory-policy / --memory-plan): "
          "not supported (the swap prefetches are laid out for the asynchronous run before a "
@@ -355,9 +363,16 @@ std::optional<int64_t> RepartitionLoop::learned(int64_t step) const {
   return std::nullopt;
 }
 
-void RepartitionLoop::migrated() {
-  // The new executor counts layer times from zero; the window restarts.
+void RepartitionLoop::migrated(const StageMemoryStats* now) {
+  // A new executor counts layer times from zero, a kept one from where it is; the window
+  // restarts.
   std::fill(layer_start_.begin(), layer_start_.end(), 0.0);
+  if (now != nullptr) {
+    for (size_t i = 0; i < now->layer_forward_seconds.size(); ++i) {
+      layer_start_[now->first_layer + i] =
+          now->layer_forward_seconds[i] + now->layer_backward_seconds[i];
+    }
+  }
   window_steps_ = 0;
   window_busy_ = 0.0;
   due_partition_.reset();

@@ -111,12 +111,20 @@ class RepartitionLoop {
   // every rank alike (deterministic); unset: the earliest step (synchronous schedules).
   using ApplyStep = std::function<int64_t(int64_t earliest)>;
   void set_apply_step(ApplyStep apply_step) { apply_step_ = std::move(apply_step); }
-  // Refuses what the loop does not support (errors name --repartition): async-1f1b without
-  // --migration restart, and with swapped layers (their prefetches are laid out for the
-  // asynchronous run before a move is decided).
-  static void check(const RepartitionConfig& config, bool synchronous, bool restart, bool swaps);
-  // The layers moved (the executor is new: its layer times count from zero).
-  void migrated();
+  // Whether the layers can move from one partition to another ("" if so, else why not; rank 0
+  // asks it for every move it decides, which is then not applied). Unset: any move can.
+  using MoveCheck = std::function<std::string(const Partition& from, const Partition& to)>;
+  void set_move_check(MoveCheck check) { move_check_ = std::move(check); }
+  // Refuses what the loop does not support (errors name --repartition): an asynchronous schedule
+  // other than async-1f1b with --migration live (`live_async`) without --migration restart, and
+  // one with swapped layers (their prefetches are laid out for the asynchronous run before a
+  // move is decided).
+  static void check(const RepartitionConfig& config, bool synchronous, bool restart, bool swaps,
+                    bool live_async = false);
+  // The layers moved. `now`: the executor's statistics when it was kept (a live move: its layer
+  // times go on counting, the window starts from them); null: the executor is new, its layer
+  // times count from zero.
+  void migrated(const StageMemoryStats* now = nullptr);
 
  private:
   bool decides_after(int64_t step) const;
@@ -170,6 +178,7 @@ class RepartitionLoop {
   int64_t due_step_ = -1;
   int64_t learned_at_ = -1;  // the step whose exchange told the due move
   ApplyStep apply_step_;
+  MoveCheck move_check_;
 };
 
 }  // namespace strata::parallel

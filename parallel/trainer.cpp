@@ -195,7 +195,9 @@ Trainer::Trainer(ExecContext& ctx, const ModelBuilder& build,
       pipeline_.repartition, total_steps(epoch, pipeline, train_->size()));
   RepartitionLoop::check(pipeline_.repartition, is_synchronous(pipeline.schedule),
                          pipeline.migration == MigrationMode::kRestart,
-                         pipeline_.memory_plan.uses(MemoryPolicy::kSwap, 0, model_->size()));
+                         pipeline_.memory_plan.uses(MemoryPolicy::kSwap, 0, model_->size()),
+                         repartitions_live());
+  if (repartitions_live()) check_live_repartition();
   STRATA_CHECK(pipeline.schedule != ScheduleKind::k2BW ||
                pipeline.micro_batches >= pipeline.stages - 1)
       << "--schedule 2bw needs --micro-batches >= --stages - 1 (got " << pipeline.micro_batches
@@ -452,7 +454,15 @@ TrainSummary Trainer::run() {
   // step the current run began at; parallel/trainer_layout.cpp).
   const Ranges first = pipeline_.partition;
   int64_t stretch = start_step_;
-  if (!sync) {
+  // --repartition's live moves (async-1f1b, --migration live): added to the running executor.
+  const bool live_repartition = repartitions_live();
+  LiveMoves live_moves;
+  if (live_repartition) {
+    repartition.set_apply_step([&](int64_t earliest) {
+      return live_apply_step(stretch, earliest, total, live_moves.last_forward);
+    });
+    repartition.set_move_check(live_move_check);
+  } else if (!sync) {
     repartition.set_apply_step(
         [&](int64_t earliest) { return async_cut_step(stretch, earliest, total, first); });
   }
@@ -461,7 +471,8 @@ TrainSummary Trainer::run() {
     executor->finish();
     add_memory_stats(&memory, executor->memory_stats());
     const int64_t steps_done = executor->optimizer_steps();
-    settle_live_migration(executor);  // the records go to the observer
+    settle_live_migration(executor, live_repartition ? live_moves.moves : pipeline_.migrations,
+                          live_repartition ? first : pipeline_.partition);  // records: observer
     live.reset();
     make_executor(steps_done);
   };
@@ -497,7 +508,11 @@ TrainSummary Trainer::run() {
     for (const Migration& m : pipeline_.migrations) {
       if (m.step == step && live == nullptr) moves.push_back(m);
     }
-    if (const auto p = repartition.due(step)) moves.push_back({step, *p});  // --repartition
+    if (live_repartition) {
+      live_step_begins(&live_moves, *executor, repartition, step);
+    } else if (const auto p = repartition.due(step)) {
+      moves.push_back({step, *p});  // --repartition
+    }
     for (const Migration& m : moves) {
       if (trace != nullptr) trace->record_span("migration", step_start, step_start);
       const int64_t steps_done = executor->optimizer_steps();
@@ -555,7 +570,9 @@ TrainSummary Trainer::run() {
           step, executor->memory_stats(), stats.busy_seconds, pipeline_.partition, &m,
           [&](std::vector<double>* v) { world_sum(world_, v, "step metrics"); });
       if (decided && observer_ != nullptr && rank_ == 0) observer_->on_repartition(*decided);
-      if (const auto e = repartition.learned(step); e && !sync) {
+      if (const auto e = repartition.learned(step); e && live_repartition) {
+        live_move_learned(&live_moves, *executor, repartition, *e);
+      } else if (e && !sync) {
         async_recut(&async_segments, stretch, step + 1, *e, total, *repartition.due(*e), first);
       }
       for (const auto& sample : repartition.fresh_samples()) {  // --monitor-interval-ms

@@ -370,10 +370,39 @@ class Trainer {
   // to the observer).
   void check_migrations(const PipelineConfig& pipeline);
   bool migrates_live() const;
+  // What a live migration inside async-1f1b does not support, refused naming `what`.
+  void check_live_limits(const PipelineConfig& pipeline, const std::string& what) const;
+  // --repartition under async-1f1b with --migration live: the decided moves are added to the
+  // running executor (an open live migration: LiveStage::add_migration). The step before which a
+  // move decided with `earliest` goes (the run's program from step `begin`; the previous move's
+  // last forward switch `last_forward`): the first whose first micro-batch comes after every
+  // forward any stage has run once steps [begin, earliest) ran; -1 if the move cannot end in the
+  // run. And whether the layers can move from one partition to the other live ("" if so).
+  bool repartitions_live() const;
+  void check_live_repartition() const;
+  // The run's live moves: the moves, the last one's last forward switch (micro-batch), and the
+  // step before which every layer of it has switched (the loop's window starts again there).
+  struct LiveMoves {
+    std::vector<Migration> moves;
+    int64_t last_forward = -1, switched = -1;
+  };
+  // Every rank, when the loop tells it the move before step `e`: added to the running executor
+  // (K: the first micro-batch of step e). Before each step: the partition in effect from the
+  // move's step on, and the window restarted once every layer switched.
+  void live_move_learned(LiveMoves* live, Executor& executor, const RepartitionLoop& loop,
+                         int64_t e) const;
+  void live_step_begins(LiveMoves* live, const Executor& executor, RepartitionLoop& loop,
+                        int64_t step);
+  int64_t live_apply_step(int64_t begin, int64_t earliest, int64_t total,
+                          int64_t last_forward) const;
+  static std::string live_move_check(const Partition& from, const Partition& to);
   std::pair<size_t, size_t> store_range() const;
   std::unique_ptr<graph::ParamStore> make_store(size_t begin, size_t end);
   std::unique_ptr<LiveMigrationConfig> live_migration_config();
-  void settle_live_migration(std::unique_ptr<Executor>& executor);
+  // `moves`: the live migrations the run made, from `initial` (the run's partition at its start;
+  // copies: the trainer's own are cleared here).
+  void settle_live_migration(std::unique_ptr<Executor>& executor, std::vector<Migration> moves,
+                             Ranges initial);
   void resume();
   void check_resumable(const proto::CheckpointManifest& manifest) const;
   // The state slots holding a checkpoint's delayed gradients (--dp-delay), oldest first.

@@ -40,6 +40,15 @@ LiveMigrationConfig live_plan(const PipelineConfig& pipeline) {
   return live;
 }
 
+// --repartition's live moves: an open migration from the run's partition.
+LiveMigrationConfig open_plan(const PipelineConfig& pipeline) {
+  LiveMigrationConfig live;
+  live.initial = partition_of(pipeline.partition);
+  live.open = true;
+  live.what = "--repartition's live moves";
+  return live;
+}
+
 }  // namespace
 
 void Trainer::check_migrations(const PipelineConfig& pipeline) {
@@ -100,6 +109,10 @@ void Trainer::check_migrations(const PipelineConfig& pipeline) {
         << " or later, or use --migration restart";
   }
   check_live_tied(*model_, live_plan(pipeline_));  // the layers of a tied parameter stay put
+  check_live_limits(pipeline, what);
+}
+
+void Trainer::check_live_limits(const PipelineConfig& pipeline, const std::string& what) const {
   STRATA_CHECK(config_.compute_dtype == DType::kF32) << what << " needs --precision fp32";
   STRATA_CHECK(config_.optimizer.clip_grad_norm == 0 && config_.nan_policy != NanPolicy::kSkip)
       << what << ": no --clip-grad-norm or --nan-policy skip (a gradient norm over the moved "
@@ -119,6 +132,76 @@ void Trainer::check_migrations(const PipelineConfig& pipeline) {
                ((config_.eval_every == 0 || config_.eval_every >= total) && total <= per_epoch))
       << what << " evaluates at the end of the run only: one epoch at most and no --eval-every "
       << "below --steps (" << total << " steps, " << per_epoch << " per epoch)";
+}
+
+bool Trainer::repartitions_live() const {
+  return pipeline_.repartition.policy != "off" && pipeline_.schedule == ScheduleKind::kAsync1F1B &&
+         pipeline_.migration == MigrationMode::kLive;
+}
+
+void Trainer::check_live_repartition() const {
+  const std::string what =
+      "--repartition " + pipeline_.repartition.policy + " with async-1f1b and --migration live";
+  // Every layer is a block of the stages' live migration, and a block holds no tied parameter.
+  STRATA_CHECK(model_->tied_params().empty())
+      << what << ": " << model_->tied_params().front().name << " is tied between layers, which "
+      << "a live move keeps in place; use --migration restart";
+  STRATA_CHECK(pipeline_.migrations.empty()) << what << ": no --migrate-at beside it";
+  check_live_limits(pipeline_, what);
+}
+
+void Trainer::live_move_learned(LiveMoves* live, Executor& executor, const RepartitionLoop& loop,
+                                int64_t e) const {
+  const int64_t M = pipeline_.micro_batches;
+  const Ranges to = *loop.due(e);
+  executor.live()->add_migration(partition_of(to), e * M,
+                                 "the move before step " + std::to_string(e));
+  live->moves.push_back({e, to});
+  for (const BoundaryMove& b : executor.live()->layout().migrations().back()) {
+    live->last_forward = std::max(live->last_forward, b.first_forward);
+  }
+  live->switched = live->last_forward / M + 1;
+}
+
+void Trainer::live_step_begins(LiveMoves* live, const Executor& executor, RepartitionLoop& loop,
+                               int64_t step) {
+  if (const auto p = loop.due(step)) pipeline_.partition = *p;  // switching from this step on
+  if (step != live->switched) return;
+  const StageMemoryStats now = executor.memory_stats();
+  loop.migrated(&now);
+  live->switched = -1;
+}
+
+std::string Trainer::live_move_check(const Partition& from, const Partition& to) {
+  StageLayout layout(from);
+  try {
+    layout.add_live_migration(to, 1);
+  } catch (const Error& e) {
+    return std::string("--migration live cannot make this move (") + e.what() + ")";
+  }
+  return "";
+}
+
+int64_t Trainer::live_apply_step(int64_t begin, int64_t earliest, int64_t total,
+                                 int64_t last_forward) const {
+  const int S = pipeline_.stages;
+  const int64_t M = pipeline_.micro_batches;
+  // The segments run one at a time and post their receives only within themselves: once steps
+  // [begin, earliest) ran, the latest forward any stage ran is the last in those segments.
+  int64_t ran = last_forward;
+  for (int s = 0; s < S; ++s) {
+    const std::vector<Program> run =
+        async_stretch(s, begin, total, pipeline_.partition, pipeline_.partition);
+    for (int64_t i = 0; i < earliest - begin && i < static_cast<int64_t>(run.size()); ++i) {
+      for (const Instruction& in : run[static_cast<size_t>(i)]) {
+        if (in.op == OpCode::kForward) ran = std::max(ran, in.micro_batch);
+      }
+    }
+  }
+  const int64_t e = std::max(earliest, (ran + 1 + M - 1) / M);
+  // The move ends inside the run: its last forward switch, at most K + S - 1, is a micro-batch of
+  // it (the source's hand-off and the inputs it ships all come).
+  return e * M + S - 1 < total * M ? e : -1;
 }
 
 bool Trainer::migrates_live() const {
@@ -141,16 +224,18 @@ std::unique_ptr<graph::ParamStore> Trainer::make_store(size_t begin, size_t end)
 }
 
 std::pair<size_t, size_t> Trainer::store_range() const {
-  if (!migrates_live()) return pipeline_.partition[stage_];
-  const LayerRange core = LiveStage::core_range(live_plan(pipeline_), stage_);
+  if (!migrates_live() && !repartitions_live()) return pipeline_.partition[stage_];
+  const LayerRange core = LiveStage::core_range(
+      repartitions_live() ? open_plan(pipeline_) : live_plan(pipeline_), stage_);
   return {core.begin, core.end};
 }
 
 std::unique_ptr<LiveMigrationConfig> Trainer::live_migration_config() {
-  if (!migrates_live()) return nullptr;
+  if (!migrates_live() && !repartitions_live()) return nullptr;
   // The first micro-batch of each --migrate-at step runs the moved layers' backward on their new
-  // stages.
-  auto live = std::make_unique<LiveMigrationConfig>(live_plan(pipeline_));
+  // stages; --repartition adds its moves while the run goes.
+  auto live = std::make_unique<LiveMigrationConfig>(repartitions_live() ? open_plan(pipeline_)
+                                                                        : live_plan(pipeline_));
   live->comm = migrate_.get();
   live->transfer.chunk_bytes = pipeline_.migration_chunk_bytes;
   live->transfer.window_bytes = pipeline_.migration_window_bytes;
@@ -160,10 +245,11 @@ std::unique_ptr<LiveMigrationConfig> Trainer::live_migration_config() {
   return live;
 }
 
-void Trainer::settle_live_migration(std::unique_ptr<Executor>& executor) {
-  const std::vector<Migration> moves = pipeline_.migrations;
-  const Partition initial = partition_of(pipeline_.partition);
-  const std::pair<size_t, size_t> range = moves.back().partition[stage_];
+void Trainer::settle_live_migration(std::unique_ptr<Executor>& executor,
+                                    std::vector<Migration> moves, Ranges first) {
+  const Partition initial = partition_of(first);
+  const std::pair<size_t, size_t> range =
+      moves.empty() ? first[stage_] : moves.back().partition[stage_];
   // The final layout's store from the core's and the moved layers' (by parameter name).
   auto store = std::make_unique<graph::ParamStore>(
       *model_, range.first, range.second, ctx_.allocator(), DType::kF32, config_.compute_dtype);
@@ -200,7 +286,7 @@ void Trainer::settle_live_migration(std::unique_ptr<Executor>& executor) {
   const LiveStageStats stats = executor->live()->stats();
   executor.reset();  // it holds the stores that go now
   store_ = std::move(store);
-  pipeline_.partition = moves.back().partition;
+  if (!moves.empty()) pipeline_.partition = moves.back().partition;
   pipeline_.migrations.clear();  // done: the executors from here on are of the final layout
   std::vector<std::string> names;
   for (size_t i = 0; i < model_->size(); ++i) names.push_back(model_->layer(i).name());

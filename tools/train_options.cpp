@@ -188,12 +188,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "Under --memory-policy auto the plan is made again for PARTITION, which is "
                   "refused before training when no plan of it fits --mem-limit");
   cmd->add_option("--migration", o.migration,
-                  "How --migrate-at moves layers: live (the pipeline keeps running) or restart "
-                  "(drain the pipeline, move, start again); synchronous schedules move at a step "
-                  "boundary, where both are the same; async-1f1b moves live, each move after "
-                  "the previous one has completed, with any --groups and with tied weights split "
-                  "between stages (GPT-2, BERT) as long as their layers stay (2bw and "
-                  "--repartition need restart); dynpipe (async-1f1b, one boundary, DynPipe's "
+                  "How --migrate-at and --repartition move layers: live (the pipeline keeps "
+                  "running) or restart (drain the pipeline, move, start again); synchronous "
+                  "schedules move at a step boundary, where both are the same; async-1f1b moves "
+                  "live, each move after the previous one has completed, each layer one stage at "
+                  "most, with any --groups and with tied weights split between stages (GPT-2, "
+                  "BERT) as long as their layers stay (--repartition: no tied weights; 2bw needs "
+                  "restart); dynpipe (async-1f1b, one --migrate-at, DynPipe's "
                   "transparent migration): the moved layers' updates pause at the step and their "
                   "gradients are buffered, their frozen weights and optimizer state go to the new "
                   "stage in chunks behind training, that stage takes the layers over once it "
@@ -231,7 +232,8 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                   "slowdown); pipedream-re (PipeDream's partitioner on the measured layer costs, "
                   "every epoch by default). A plan is applied when its predicted slowest stage "
                   "(cycle time for the dynpipe policies) is faster by more than "
-                  "--repartition-threshold; async-1f1b and 2bw need --migration restart. Under "
+                  "--repartition-threshold; under async-1f1b the move goes live (--migration "
+                  "live, the default) or by a drain (restart); 2bw needs restart. Under "
                   "--memory-policy auto (synchronous schedules) vpipe scores each candidate with "
                   "its own swap/recompute plan and drops those no plan fits in --mem-limit, and "
                   "every policy's move gets a new plan")
@@ -545,11 +547,14 @@ void check_train_flags(const TrainOptions& o) {
         << "--repartition-threshold must be in [0, 1), got " << o.repartition_threshold;
     STRATA_CHECK(o.stages > 1) << "--repartition " << o.repartition
                                << " moves layers between stages: it needs --stages > 1";
-    STRATA_CHECK(o.schedule != "async-1f1b" || o.migration == "restart")
-        << "--repartition " << o.repartition << " with async-1f1b needs --migration restart "
-        << "(--migration live and dynpipe move what --migrate-at declares before the run; a "
-        << "move decided while it runs does not use them yet): the pipeline drains where the "
-        << "loop decides a move";
+    STRATA_CHECK(o.schedule != "async-1f1b" || o.migration != "dynpipe")
+        << "--repartition " << o.repartition << " with async-1f1b and --migration dynpipe: "
+        << "DynPipe's paused protocol moves the one --migrate-at laid out before the run, "
+        << "across one stage boundary; a move decided while the run goes uses --migration live "
+        << "(vPIPE's hand-off, chunked behind training) or restart (a drain)";
+    STRATA_CHECK(o.schedule != "2bw" || o.migration == "restart")
+        << "--repartition " << o.repartition << " with 2bw needs --migration restart (the "
+        << "pipeline drains where the loop decides a move); only async-1f1b moves live";
     STRATA_CHECK(o.memory_policy != "auto" ||
                  parallel::is_synchronous(parallel::parse_schedule(o.schedule)))
         << "--repartition " << o.repartition << " with " << o.schedule

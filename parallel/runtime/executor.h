@@ -181,7 +181,9 @@ class Executor {
   bool last_stage() const { return range_.stage == range_.stages - 1; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
   // The stage's saved-tensor records and what swap and recompute did so far.
-  StageMemoryStats memory_stats() const { return memory_.stats(); }
+  // A live migration: per-layer vectors over every layer of the model (first_layer 0), the
+  // core's and the moved layers' (MovingLayers::add_layer_stats).
+  StageMemoryStats memory_stats() const;
   CopyEngine::Stats copy_stats() const { return copies_ ? copies_->stats() : CopyEngine::Stats{}; }
   // Weight versions this stage held at once, at most (the store's and the stashed ones).
   int64_t weight_versions_peak() const { return versions_.peak(); }

@@ -347,6 +347,16 @@ double PausedStage::update(int64_t step) {
   return 0.0;
 }
 
+void PausedStage::add_layer_stats(StageMemoryStats* whole) const {
+  if (memory_ == nullptr) return;
+  const StageMemoryStats part = memory_->stats();
+  for (size_t i = 0; i < part.layer_forward_seconds.size(); ++i) {
+    const size_t l = part.first_layer + i - whole->first_layer;
+    whole->layer_forward_seconds.at(l) += part.layer_forward_seconds[i];
+    whole->layer_backward_seconds.at(l) += part.layer_backward_seconds[i];
+  }
+}
+
 void PausedStage::add_migration(const Partition&, int64_t, const std::string& what) {
   STRATA_THROW() << what << ": --migration dynpipe moves the one migration laid out before the "
                  << "run; a move decided while it runs goes with --migration live";

@@ -86,6 +86,7 @@ class PausedStage : public MovingLayers {
   void restore_latest() override;
   void finish() override;
   LiveStageStats stats() const override { return stats_; }
+  void add_layer_stats(StageMemoryStats* whole) const override;
   int64_t live_records() const override;
   std::vector<const graph::ParamStore*> stores() const override;
 

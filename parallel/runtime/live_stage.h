@@ -178,6 +178,7 @@ class LiveStage : public MovingLayers {
   void finish() override;
 
   LiveStageStats stats() const override { return stats_; }
+  void add_layer_stats(StageMemoryStats* whole) const override;
   int64_t live_records() const override;
   // The stores of the moved layers this stage holds now (the latest weights between programs).
   std::vector<const graph::ParamStore*> stores() const override;
@@ -209,6 +210,9 @@ class LiveStage : public MovingLayers {
   std::vector<std::unique_ptr<Communicator>> hop_comms_;  // this stage's hops' communicators
   std::vector<std::unique_ptr<Block>> blocks_;            // in layer order
   LiveStageStats stats_;
+  // Per model layer: the seconds of the blocks' forwards and backwards on this stage before
+  // their hand-offs (their StageMemory goes with them).
+  std::vector<double> handed_forward_, handed_backward_;
 };
 
 }  // namespace strata::parallel

@@ -14,6 +14,7 @@
 #include "graph/param_store.h"
 #include "parallel/runtime/micro_batch_source.h"
 #include "parallel/runtime/stage_layout.h"
+#include "parallel/runtime/stage_memory.h"
 
 namespace strata::parallel {
 
@@ -48,6 +49,9 @@ class MovingLayers {
   // Checks that nothing is left (every record consumed, every transfer through).
   virtual void finish() = 0;
   virtual LiveStageStats stats() const = 0;
+  // Adds the moved layers' per-layer times and bytes to `whole` (its vectors over every layer of
+  // the model): those of the layers this stage runs now, and of those it ran and handed off.
+  virtual void add_layer_stats(StageMemoryStats* whole) const = 0;
   virtual int64_t live_records() const = 0;
   // The stores of the moved layers this stage holds now (the latest weights between programs).
   virtual std::vector<const graph::ParamStore*> stores() const = 0;

@@ -171,7 +171,9 @@ def main():
     ap.add_argument("--workloads", default="none,slow:3,slow:8,load",
                     help="none, slow[:FACTOR], load")
     ap.add_argument("--systems", default="static,pipedream-re,dynpipe-no-rf,dynpipe",
-                    help="the systems to run (static, pipedream-re, dynpipe-no-rf, dynpipe)")
+                    help="the systems to run (static, pipedream-re, dynpipe-no-rf, dynpipe; "
+                    "dynpipe-no-rf-live, dynpipe-live: the same policies moving live, without a "
+                    "drain, instead of by --migration restart)")
     a = ap.parse_args()
     prefix, local = launcher(a.ranks, 4)
     common = ["--model", "cnn", "--size", "tiny", "--dataset", "fashion-mnist", "--train-samples",
@@ -205,7 +207,11 @@ def main():
                      "--migration", "restart", "--slowdown-model", a.model,
                      "--monitor-interval-ms", "%g" % a.monitor_ms] + gate),
     ]
-    keys = ["static", "pipedream-re", "dynpipe-no-rf", "dynpipe"]
+    # The dynpipe policies again, their moves live (vPIPE's hand-off inside the running pipeline).
+    all_systems += [(name + " live", ["live" if x == "restart" else x for x in extra])
+                    for name, extra in all_systems[2:]]
+    keys = ["static", "pipedream-re", "dynpipe-no-rf", "dynpipe", "dynpipe-no-rf-live",
+            "dynpipe-live"]
     chosen = a.systems.split(",")
     for c in chosen:
         if c not in keys:

@@ -1,0 +1,148 @@
+// --repartition under async-1f1b with --migration live, through the CLI: a move the loop decides
+// while the run goes is added to the running executor (every layer a block of the stage's live
+// migration, parallel/runtime/live_stage.h) and goes by vPIPE's hand-off, chunked behind
+// training, without a drain. A policy that never moves gives the numbers of the plain run; a
+// policy that moves gives those of the live --migrate-at run at the step its record names.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "testing/cli.h"
+#include "testing/train_run.h"
+
+namespace {
+
+using strata::testing::contains;
+using strata::testing::train_run;
+using strata::testing::TrainRun;
+
+const char* kTwoStages = "--stages 2 --micro-batches 2 --partition conv1-conv2,bn2-fc2";
+std::string cnn_args(const std::string& ranks, const std::string& layout = kTwoStages) {
+  return "--model cnn --size tiny --dataset fashion-mnist --train-samples 256 --test-samples 32 "
+         "--steps 12 --batch-size 16 --threads 1 --seed 3 --schedule async-1f1b --migration live " +
+         ranks + " " + layout;
+}
+
+bool have_fashion_mnist() { return std::filesystem::exists("/usr/share/datasets/fashion-mnist"); }
+
+// Every layer in a block of its own from the start, the stages' stores empty: a policy that
+// decides every 2 steps and applies nothing gives the plain run's losses and weights, bit for bit.
+TEST(LiveRepartitionCli, APolicyThatNeverMovesRunsAsThePlainRun) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_live_repartition_keep");
+  const std::string args = cnn_args("--local");
+  const TrainRun plain = train_run(dir, "plain", args);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  const TrainRun kept = train_run(
+      dir, "kept",
+      args + " --repartition dynpipe-no-rf --repartition-every 2 --repartition-threshold 0.99");
+  ASSERT_EQ(kept.status, 0) << kept.output;
+  ASSERT_GE(kept.of("repartition").size(), 4u) << kept.output;
+  for (const nlohmann::json& r : kept.of("repartition")) EXPECT_FALSE(r["applied"].get<bool>());
+  EXPECT_TRUE(kept.of("migration").empty()) << kept.output;
+  ASSERT_EQ(kept.losses.size(), 12u);
+  EXPECT_EQ(kept.losses, plain.losses);
+  EXPECT_TRUE(kept.weights == plain.weights) << "the final weights differ";
+}
+
+// Stage `slowed` slowed 20x: vpipe moves layers off it, live. Each move goes before the step its
+// record names (the first step whose first micro-batch comes after every forward any stage had run
+// when the ranks learned it), its migration record says live there, and the run is bitwise the
+// live --migrate-at run to the proposed partitions at those steps.
+void expect_live_moves(const std::string& name, const std::string& args,
+                       const std::string& launcher, int slowed, int first_apply,
+                       const std::string& policy = "vpipe", int decided = 4, int from = 1) {
+  const std::string dir = strata::testing::fresh_temp_dir("strata_live_repartition_" + name);
+  const TrainRun moved = train_run(
+      dir, "moved",
+      args + " --inject \"rank=" + std::to_string(slowed) + ",from=" + std::to_string(from) +
+          ",kind=slow,factor=20\" --repartition " + policy + " --repartition-every 4",
+      launcher);
+  ASSERT_EQ(moved.status, 0) << moved.output;
+  std::string migrate_at;
+  std::vector<nlohmann::json> applied;
+  for (const nlohmann::json& r : moved.of("repartition")) {
+    if (!r["applied"].get<bool>()) continue;
+    applied.push_back(r);
+    migrate_at += " --migrate-at " + std::to_string(r["apply_step"].get<int>()) + ":" +
+                  r["proposed"].get<std::string>();
+  }
+  ASSERT_FALSE(applied.empty()) << moved.output;
+  EXPECT_EQ(applied[0]["step"], decided) << applied[0];
+  EXPECT_EQ(applied[0]["apply_step"], first_apply) << applied[0];
+  ASSERT_EQ(moved.of("migration").size(), applied.size()) << moved.output;
+  for (size_t i = 0; i < applied.size(); ++i) {
+    const nlohmann::json& m = moved.of("migration")[i];
+    EXPECT_EQ(m["step"], applied[i]["apply_step"]) << m;
+    EXPECT_EQ(m["partition"], applied[i]["proposed"]) << m;
+    EXPECT_EQ(m["mode"], "live") << m;
+    EXPECT_GT(m["bytes"].get<double>(), 0.0) << m;
+  }
+  EXPECT_TRUE(
+      contains(moved.of("migration")[0]["moves"].get<std::string>(), std::to_string(slowed) + "->"))
+      << moved.of("migration")[0];
+  EXPECT_TRUE(contains(moved.output, "layers moved live")) << moved.output;
+  const TrainRun replay = train_run(dir, "replay", args + migrate_at, launcher);
+  ASSERT_EQ(replay.status, 0) << replay.output;
+  ASSERT_EQ(moved.losses.size(), 12u);
+  EXPECT_EQ(moved.losses, replay.losses);
+  EXPECT_TRUE(moved.weights == replay.weights) << "the final weights differ";
+}
+
+// 2 stages of 2 micro-batches: decided after step 4, learned with step 5, when stage 0 has
+// forwarded micro-batch 11 (step 5's last, one ahead): the move goes before step 6 (K = 12).
+// 3 stages of 1 micro-batch: stage 0 runs two forwards ahead, K = 7 (step 7).
+TEST(LiveRepartitionCli, AMoveDecidedWhileTheRunGoesIsTheLiveMigrateAtRun) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  expect_live_moves("local_2", cnn_args("--local"), "", 1, 6);
+  SCOPED_TRACE("3 stages, 1 micro-batch a step");
+  expect_live_moves(
+      "local_3",
+      cnn_args("--local",
+               "--stages 3 --micro-batches 1 --partition conv1-relu1,pool1-relu2,pool2-fc2"),
+      "", 2, 7);
+}
+
+// 4 stages of 4 micro-batches, the slowest (conv2 alone) slowed from step 4: dynpipe-no-rf's move
+// (decided after step 8 on the slowdown it measured against steps 1-4, learned with step 9, when
+// stage 0 has forwarded micro-batch 38: K = 40) gives stage 2's only layer away, and stages take
+// layers from their neighbours (the recovery bench's heavy case).
+TEST(LiveRepartitionCli, AStageMayGiveAllOfItsLayersAway) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  expect_live_moves("local_4",
+                    cnn_args("--local",
+                             "--stages 4 --micro-batches 4 --partition "
+                             "conv1,bn1-pool1,conv2,bn2-fc2"),
+                    "", 2, 10, "dynpipe-no-rf", 8, 4);
+}
+
+#ifdef STRATA_MPIEXEC
+TEST(LiveRepartitionCli, AMoveDecidedWhileTheRunGoesOnMpiRanks) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  expect_live_moves("mpi", cnn_args(""), strata::testing::mpirun(2), 1, 6);
+}
+#endif
+
+// What a live move decided at run time does not support is refused before training, by name.
+TEST(LiveRepartitionCli, RefusesWhatItCannotMoveLive) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  const std::string dir = strata::testing::fresh_temp_dir("strata_live_repartition_refused");
+  std::string dynpipe = cnn_args("--local") + " --repartition vpipe";
+  dynpipe.replace(dynpipe.find("--migration live"), 16, "--migration dynpipe");
+  const TrainRun paused = train_run(dir, "paused", dynpipe);
+  EXPECT_NE(paused.status, 0);
+  EXPECT_TRUE(contains(paused.output,
+                       "--migration dynpipe: DynPipe's paused protocol moves the "
+                       "one --migrate-at"))
+      << paused.output;
+  std::string args = cnn_args("--local") + " --repartition vpipe";
+  args.replace(args.find("async-1f1b"), 10, "2bw");
+  const TrainRun two_bw = train_run(dir, "2bw", args);
+  EXPECT_NE(two_bw.status, 0);
+  EXPECT_TRUE(contains(two_bw.output, "with 2bw needs --migration restart")) << two_bw.output;
+}
+
+}  // namespace
