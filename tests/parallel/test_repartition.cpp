@@ -306,6 +306,63 @@ TEST(RepartitionLoop, OffDoesNothingAndUnsupportedRunsAreRefused) {
   EXPECT_THROW(RepartitionLoop::check(on, false, false, false), Error);
   EXPECT_THROW(RepartitionLoop::check(on, false, true, true), Error);  // async: no swap
   RepartitionLoop::check(on, false, true, false);
+  RepartitionLoop::check(on, false, false, false, true);  // async-1f1b moving live
+}
+
+// A move the run cannot make (here: the move check of a live run, a layer going two stages) is
+// not applied, and the record says why; nothing is due.
+TEST(RepartitionLoop, AMoveTheMoveCheckRefusesIsNotApplied) {
+  RepartitionConfig config;
+  config.policy = "vpipe";
+  config.every = 2;
+  RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
+  std::vector<std::pair<Partition, Partition>> asked;
+  loop.set_move_check([&](const Partition& from, const Partition& to) {
+    asked.push_back({from, to});
+    return std::string("layer c would move two stages");
+  });
+  const RepartitionLoop::Ranges start{{0, 2}, {2, 4}};
+  auto rec = loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
+  ASSERT_TRUE(rec);
+  EXPECT_FALSE(rec->decision.apply);
+  EXPECT_EQ(rec->apply_step, 0);
+  EXPECT_NE(rec->decision.reason.find("; but layer c would move two stages: kept"),
+            std::string::npos)
+      << rec->decision.reason;
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].first, (Partition{{0, 2}, {2, 4}}));
+  EXPECT_FALSE(loop.absorb(4, {0, 0}, start));
+  for (int64_t step = 4; step < 8; ++step) EXPECT_FALSE(loop.due(step)) << step;
+}
+
+// A live move keeps the executor: migrated(&now) starts the window from its layer times then, so
+// the next window measures only its own steps (from zero, it would add every step before).
+TEST(RepartitionLoop, AKeptExecutorsLayerTimesGoOnFromTheMove) {
+  RepartitionConfig config;
+  config.policy = "vpipe";
+  config.every = 4;
+  for (bool kept : {true, false}) {
+    SCOPED_TRACE(kept ? "kept" : "from zero");
+    RepartitionLoop loop(config, {"a", "b"}, 0, 0, 2, 1, 40);
+    StageMemoryStats m;
+    m.first_layer = 0;
+    m.layer_forward_seconds = {0.0, 0.0};
+    m.layer_backward_seconds = {0.0, 0.0};
+    m.layer_output_bytes = {0.0, 0.0};
+    m.layer_activation_bytes = {0.0, 0.0};
+    for (int64_t step = 0; step < 2; ++step) {
+      m.layer_forward_seconds[0] += 1.0;  // 1 s a step in layer a
+      loop.contribution(step, m, 1.0, {{0, 1}, {1, 2}});
+    }
+    loop.migrated(kept ? &m : nullptr);
+    std::vector<double> window;
+    for (int64_t step = 2; step < 4; ++step) {
+      m.layer_forward_seconds[0] += 1.0;
+      window = loop.contribution(step, m, 1.0, {{0, 1}, {1, 2}});
+    }
+    ASSERT_FALSE(window.empty());  // the window ends after step 4
+    EXPECT_DOUBLE_EQ(window[0], kept ? 2.0 : 4.0);
+  }
 }
 
 // A slowdown that begins on the window's last step: the window measures the slowed stage at a

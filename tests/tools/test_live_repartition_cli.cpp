@@ -20,9 +20,12 @@ using strata::testing::train_run;
 using strata::testing::TrainRun;
 
 const char* kTwoStages = "--stages 2 --micro-batches 2 --partition conv1-conv2,bn2-fc2";
-std::string cnn_args(const std::string& ranks, const std::string& layout = kTwoStages) {
-  return "--model cnn --size tiny --dataset fashion-mnist --train-samples 256 --test-samples 32 "
-         "--steps 12 --batch-size 16 --threads 1 --seed 3 --schedule async-1f1b --migration live " +
+std::string cnn_args(const std::string& ranks, const std::string& layout = kTwoStages,
+                     int samples = 256) {
+  return "--model cnn --size tiny --dataset fashion-mnist --train-samples " +
+         std::to_string(samples) +
+         " --test-samples 32 --steps 12 --batch-size 16 --threads 1 --seed 3 --schedule "
+         "async-1f1b --migration live " +
          ranks + " " + layout;
 }
 
@@ -117,6 +120,18 @@ TEST(LiveRepartitionCli, AStageMayGiveAllOfItsLayersAway) {
                              "--stages 4 --micro-batches 4 --partition "
                              "conv1,bn1-pool1,conv2,bn2-fc2"),
                     "", 2, 10, "dynpipe-no-rf", 8, 4);
+}
+
+// 2 groups of 2 stages (GroPipe): both groups' pipelines move the same layers at the same
+// micro-batch; each block's gradients are summed over the groups on the stage that holds it.
+TEST(LiveRepartitionCli, TwoGroupsMoveTogether) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  expect_live_moves("local_groups",
+                    cnn_args("--local",
+                             "--stages 2 --groups 2 --micro-batches 2 --partition "
+                             "conv1-conv2,bn2-fc2",
+                             512),
+                    "", 1, 6);
 }
 
 #ifdef STRATA_MPIEXEC
