@@ -144,8 +144,11 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
       // A decided move has not gone yet (an asynchronous run drains for it later): this window
       // measured the layout it leaves.
       r.decision.partition = current;
-      r.decision.reason = "the move decided before goes before step " + std::to_string(due_step_) +
-                          ": no decision until it has";
+      r.decision.reason = due_step_ > step + 1
+                              ? "the move decided before goes before step " +
+                                    std::to_string(due_step_) + ": no decision until it has"
+                              : "the move decided before step " + std::to_string(due_step_) +
+                                    " is still switching stages (live): no decision until it has";
     } else if (in.window_steps * 2 < config_.every) {
       // The window began at a migration: too short to judge the new layout.
       r.decision.partition = current;
@@ -170,7 +173,8 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
       }
     }
     if (r.decision.apply) {
-      pending_apply_ = apply_step_ ? apply_step_(step + 2) : step + 2;
+      pending_apply_ =
+          apply_step_ ? apply_step_(step + 2, current, r.decision.partition) : step + 2;
       if (pending_apply_ < 0) {
         r.decision.apply = false;
         last_move_.reset();
@@ -186,20 +190,22 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
   if (step > 0 && decides_after(step - 1)) {
     STRATA_CHECK_EQ(sum.size(), static_cast<size_t>(stages_)) << "repartition decision";
     if (sum[0] > 0.5) {
+      Ranges p;
+      Partition to;
+      size_t begin = 0;
+      for (int s = 1; s <= stages_; ++s) {
+        const size_t end = s < stages_ ? static_cast<size_t>(std::llround(sum[s])) : L;
+        p.push_back({begin, end});
+        to.push_back({begin, end});
+        begin = end;
+      }
       // Every rank asks the apply-step function as rank 0 did when it decided (deterministic).
-      due_step_ = apply_step_ ? apply_step_(step + 1) : step + 1;
+      due_step_ = apply_step_ ? apply_step_(step + 1, current, to) : step + 1;
       STRATA_CHECK(due_step_ > step &&
                    (rank_ != 0 || pending_apply_ < 0 || due_step_ == pending_apply_))
           << "--repartition: the move decided after step " << step << " goes before step "
           << due_step_ << " here, before step " << pending_apply_ << " in rank 0's record";
       learned_at_ = step;
-      Ranges p;
-      size_t begin = 0;
-      for (int s = 1; s <= stages_; ++s) {
-        const size_t end = s < stages_ ? static_cast<size_t>(std::llround(sum[s])) : L;
-        p.push_back({begin, end});
-        begin = end;
-      }
       due_partition_ = p;
     }
   }

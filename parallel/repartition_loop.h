@@ -106,10 +106,12 @@ class RepartitionLoop {
   std::optional<Ranges> due(int64_t step) const;
   // The step a move was learned for with the exchange of step `step` (after it ran), if one was.
   std::optional<int64_t> learned(int64_t step) const;
-  // Where a move decided now goes: given the earliest step (the decision's step + 2), the step
-  // before which the layers move, or -1 where none can (the move is then not applied). Called on
-  // every rank alike (deterministic); unset: the earliest step (synchronous schedules).
-  using ApplyStep = std::function<int64_t(int64_t earliest)>;
+  // Where a move decided now goes: given the earliest step (the decision's step + 2) and the
+  // partitions it goes from and to, the step before which the layers move, or -1 where none can
+  // (the move is then not applied). Called on every rank alike (deterministic); unset: the
+  // earliest step (synchronous schedules).
+  using ApplyStep =
+      std::function<int64_t(int64_t earliest, const Partition& from, const Partition& to)>;
   void set_apply_step(ApplyStep apply_step) { apply_step_ = std::move(apply_step); }
   // Whether the layers can move from one partition to another ("" if so, else why not; rank 0
   // asks it for every move it decides, which is then not applied). Unset: any move can.

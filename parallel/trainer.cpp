@@ -458,13 +458,14 @@ TrainSummary Trainer::run() {
   const bool live_repartition = repartitions_live();
   LiveMoves live_moves;
   if (live_repartition) {
-    repartition.set_apply_step([&](int64_t earliest) {
-      return live_apply_step(stretch, earliest, total, live_moves.last_forward);
+    repartition.set_apply_step([&](int64_t earliest, const Partition& from, const Partition& to) {
+      return live_apply_step(stretch, earliest, total, live_moves.last_forward, from, to);
     });
     repartition.set_move_check(live_move_check);
   } else if (!sync) {
-    repartition.set_apply_step(
-        [&](int64_t earliest) { return async_cut_step(stretch, earliest, total, first); });
+    repartition.set_apply_step([&](int64_t earliest, const Partition&, const Partition&) {
+      return async_cut_step(stretch, earliest, total, first);
+    });
   }
   StageMemoryStats memory;  // over the executors of every layout this run had
   auto settle = [&] {       // a live migration's run drained: the final layout's store

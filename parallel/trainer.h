@@ -374,10 +374,11 @@ class Trainer {
   void check_live_limits(const PipelineConfig& pipeline, const std::string& what) const;
   // --repartition under async-1f1b with --migration live: the decided moves are added to the
   // running executor (an open live migration: LiveStage::add_migration). The step before which a
-  // move decided with `earliest` goes (the run's program from step `begin`; the previous move's
-  // last forward switch `last_forward`): the first whose first micro-batch comes after every
-  // forward any stage has run once steps [begin, earliest) ran; -1 if the move cannot end in the
-  // run. And whether the layers can move from one partition to the other live ("" if so).
+  // move from `from` to `to` decided with `earliest` goes (the run's program from step `begin`;
+  // the previous move's last forward switch `last_forward`): the first whose first micro-batch
+  // comes after every forward any stage has run once steps [begin, earliest) ran; -1 if the move
+  // (its chain of one-stage moves, one_stage_steps) cannot end in the run. And whether the layers
+  // can move from one partition to the other live ("" if so).
   bool repartitions_live() const;
   void check_live_repartition() const;
   // The run's live moves: the moves, the last one's last forward switch (micro-batch), and the
@@ -387,14 +388,16 @@ class Trainer {
     int64_t last_forward = -1, switched = -1;
   };
   // Every rank, when the loop tells it the move before step `e`: added to the running executor
-  // (K: the first micro-batch of step e). Before each step: the partition in effect from the
-  // move's step on, and the window restarted once every layer switched.
+  // (K: the first micro-batch of step e), as a chain of one-stage moves where a layer goes further
+  // (each at the first step after the last forward switch of the one before). Before each step:
+  // the partition in effect from each move's step on, and the window restarted once every layer
+  // switched.
   void live_move_learned(LiveMoves* live, Executor& executor, const RepartitionLoop& loop,
                          int64_t e) const;
   void live_step_begins(LiveMoves* live, const Executor& executor, RepartitionLoop& loop,
                         int64_t step);
-  int64_t live_apply_step(int64_t begin, int64_t earliest, int64_t total,
-                          int64_t last_forward) const;
+  int64_t live_apply_step(int64_t begin, int64_t earliest, int64_t total, int64_t last_forward,
+                          const Partition& from, const Partition& to) const;
   static std::string live_move_check(const Partition& from, const Partition& to);
   std::pair<size_t, size_t> store_range() const;
   std::unique_ptr<graph::ParamStore> make_store(size_t begin, size_t end);

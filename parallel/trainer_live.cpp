@@ -153,19 +153,32 @@ void Trainer::check_live_repartition() const {
 void Trainer::live_move_learned(LiveMoves* live, Executor& executor, const RepartitionLoop& loop,
                                 int64_t e) const {
   const int64_t M = pipeline_.micro_batches;
-  const Ranges to = *loop.due(e);
-  executor.live()->add_migration(partition_of(to), e * M,
-                                 "the move before step " + std::to_string(e));
-  live->moves.push_back({e, to});
-  for (const BoundaryMove& b : executor.live()->layout().migrations().back()) {
-    live->last_forward = std::max(live->last_forward, b.first_forward);
+  const Partition to = partition_of(*loop.due(e));
+  const std::vector<Partition> chain = one_stage_steps(partition_of(pipeline_.partition), to);
+  STRATA_CHECK(!chain.empty()) << "--repartition: the move before step " << e
+                               << " goes nowhere: the stages hold its partition already";
+  int64_t k = e * M;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    std::string what = "the move before step " + std::to_string(e);
+    if (chain.size() > 1)
+      what += " (" + std::to_string(i + 1) + " of " + std::to_string(chain.size()) + ")";
+    executor.live()->add_migration(chain[i], k, what);
+    Ranges ranges;
+    for (const LayerRange& r : chain[i]) ranges.push_back({r.begin, r.end});
+    live->moves.push_back({k / M, ranges});
+    for (const BoundaryMove& b : executor.live()->layout().migrations().back()) {
+      live->last_forward = std::max(live->last_forward, b.first_forward);
+    }
+    k = (live->last_forward / M + 1) * M;  // the next step after its last forward switch
   }
   live->switched = live->last_forward / M + 1;
 }
 
 void Trainer::live_step_begins(LiveMoves* live, const Executor& executor, RepartitionLoop& loop,
                                int64_t step) {
-  if (const auto p = loop.due(step)) pipeline_.partition = *p;  // switching from this step on
+  for (const Migration& m : live->moves) {
+    if (m.step == step) pipeline_.partition = m.partition;  // switching from this step on
+  }
   if (step != live->switched) return;
   const StageMemoryStats now = executor.memory_stats();
   loop.migrated(&now);
@@ -173,17 +186,14 @@ void Trainer::live_step_begins(LiveMoves* live, const Executor& executor, Repart
 }
 
 std::string Trainer::live_move_check(const Partition& from, const Partition& to) {
-  StageLayout layout(from);
-  try {
-    layout.add_live_migration(to, 1);
-  } catch (const Error& e) {
-    return std::string("--migration live cannot make this move (") + e.what() + ")";
-  }
-  return "";
+  if (from == to || !one_stage_steps(from, to).empty()) return "";
+  return "--migration live moves each layer a stage at a time, and on the way a stage would hold "
+         "no layer";
 }
 
 int64_t Trainer::live_apply_step(int64_t begin, int64_t earliest, int64_t total,
-                                 int64_t last_forward) const {
+                                 int64_t last_forward, const Partition& from,
+                                 const Partition& to) const {
   const int S = pipeline_.stages;
   const int64_t M = pipeline_.micro_batches;
   // The segments run one at a time and post their receives only within themselves: once steps
@@ -199,9 +209,16 @@ int64_t Trainer::live_apply_step(int64_t begin, int64_t earliest, int64_t total,
     }
   }
   const int64_t e = std::max(earliest, (ran + 1 + M - 1) / M);
-  // The move ends inside the run: its last forward switch, at most K + S - 1, is a micro-batch of
-  // it (the source's hand-off and the inputs it ships all come).
-  return e * M + S - 1 < total * M ? e : -1;
+  // The move ends inside the run: the last forward switch of its chain is a micro-batch of it
+  // (every source's hand-off and the inputs it ships come).
+  StageLayout layout(from);
+  int64_t k = e * M, last = -1;
+  for (const Partition& p : one_stage_steps(from, to)) {
+    layout.add_live_migration(p, k);
+    for (const BoundaryMove& b : layout.migrations().back()) last = std::max(last, b.first_forward);
+    k = (last / M + 1) * M;
+  }
+  return last < total * M ? e : -1;
 }
 
 bool Trainer::migrates_live() const {

@@ -1,6 +1,8 @@
 // StageLayout: per-micro-batch layer ranges across live migrations (see the header).
 #include "parallel/runtime/stage_layout.h"
 
+#include <algorithm>
+
 #include "engine/check.h"
 
 namespace strata::parallel {
@@ -95,6 +97,37 @@ LayerRange StageLayout::backward_range(int stage, int64_t j) const {
   const size_t end =
       stage == stages() - 1 ? initial_.back().end : boundary(static_cast<size_t>(stage), j, false);
   return {begin, end};
+}
+
+std::vector<Partition> one_stage_steps(const Partition& from, const Partition& to) {
+  STRATA_CHECK(from.size() == to.size() && !from.empty() && from.back().end == to.back().end)
+      << "one_stage_steps: partitions of other stages or layers";
+  const size_t layers = from.back().end;
+  auto owners = [layers](const Partition& p) {
+    std::vector<int> o(layers, 0);
+    for (size_t s = 0; s < p.size(); ++s) {
+      for (size_t l = p[s].begin; l < p[s].end; ++l) o[l] = static_cast<int>(s);
+    }
+    return o;
+  };
+  std::vector<int> now = owners(from);
+  const std::vector<int> goal = owners(to);
+  std::vector<Partition> out;
+  while (now != goal) {
+    // Clamped toward the goal, the owners stay non-decreasing in the layer: contiguous stages.
+    for (size_t l = 0; l < layers; ++l) now[l] = std::clamp(goal[l], now[l] - 1, now[l] + 1);
+    Partition p(from.size(), LayerRange{0, 0});
+    for (size_t s = 0; s < p.size(); ++s) {
+      const auto first = std::find(now.begin(), now.end(), static_cast<int>(s));
+      if (first == now.end()) return {};  // stage s would hold no layer
+      const size_t b = static_cast<size_t>(first - now.begin());
+      size_t e = b;
+      while (e < layers && now[e] == static_cast<int>(s)) ++e;
+      p[s] = {b, e};
+    }
+    out.push_back(p);
+  }
+  return out;
 }
 
 }  // namespace strata::parallel

@@ -37,6 +37,12 @@ struct BoundaryMove {
   int64_t first_forward = 0;   // F = K + S - src - 1
 };
 
+// The partitions a live move from `from` to `to` goes through, each moving every layer at most
+// one stage toward `to` (its stage clamped to within one of the stage it is on), the last one `to`:
+// one partition when no layer moves more than one stage, and none when the two are the same.
+// Empty too when a stage would hold no layer on the way (the move cannot go live).
+std::vector<Partition> one_stage_steps(const Partition& from, const Partition& to);
+
 class StageLayout {
  public:
   explicit StageLayout(Partition initial);

@@ -204,8 +204,10 @@ TEST(RepartitionLoop, AMoveGoesBeforeTheStepTheApplyStepFunctionNames) {
   config.every = 2;
   RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
   std::vector<int64_t> asked;
-  loop.set_apply_step([&](int64_t earliest) {
+  loop.set_apply_step([&](int64_t earliest, const Partition& from, const Partition& to) {
     asked.push_back(earliest);
+    EXPECT_EQ(from, (Partition{{0, 2}, {2, 4}}));
+    EXPECT_NE(to, from);
     return earliest + 1;
   });
   const RepartitionLoop::Ranges start{{0, 2}, {2, 4}};
@@ -227,7 +229,7 @@ TEST(RepartitionLoop, AMoveGoesBeforeTheStepTheApplyStepFunctionNames) {
   loop.migrated();
   // A function that finds no step: the move is not applied, nothing is due.
   RepartitionLoop late(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
-  late.set_apply_step([](int64_t) { return int64_t{-1}; });
+  late.set_apply_step([](int64_t, const Partition&, const Partition&) { return int64_t{-1}; });
   auto kept = late.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
   ASSERT_TRUE(kept);
   EXPECT_FALSE(kept->decision.apply);

@@ -2,6 +2,9 @@
 // re-layout bookkeeping of parallel/runtime/relayout.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "parallel/runtime/relayout.h"
 #include "parallel/runtime/stage_layout.h"
 
@@ -73,6 +76,59 @@ TEST(StageLayout, RefusesMovesOfMoreThanOneStageAndOverlappingMigrations) {
   EXPECT_THROW(layout.add_live_migration({{0, 2}, {2, 4}, {4, 6}}, 5), std::exception);
   layout.add_live_migration({{0, 2}, {2, 4}, {4, 6}}, 6);
   EXPECT_TRUE(same(layout.forward_range(0, 100), 0, 2));
+}
+
+// A move whose layers go more than one stage runs as a chain of moves of one stage each; the
+// chain is empty when a stage would hold no layer on the way, or nothing moves.
+TEST(StageLayout, OneStageStepsChainAMoveOfSeveralStages) {
+  // conv2 (layer 4) goes from stage 2 to stage 0, bn2 (5) from 3 to 1, relu2 (6) from 3 to 2.
+  const Partition from{{0, 1}, {1, 4}, {4, 5}, {5, 12}};
+  const Partition to{{0, 5}, {5, 6}, {6, 7}, {7, 12}};
+  const std::vector<Partition> steps = one_stage_steps(from, to);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0], (Partition{{0, 4}, {4, 5}, {5, 7}, {7, 12}}));
+  EXPECT_EQ(steps[1], to);
+  StageLayout layout(from);  // each of them a valid live migration after the one before
+  layout.add_live_migration(steps[0], 4);
+  layout.add_live_migration(steps[1], 12);
+  // One stage at most: the move itself.
+  EXPECT_EQ(one_stage_steps(from, steps[0]), std::vector<Partition>{steps[0]});
+  EXPECT_TRUE(one_stage_steps(from, from).empty());
+  // Between any two partitions of 8 layers on 2-4 stages: a chain of at most S - 1 moves, each a
+  // valid live migration after the one before, ending at the goal (no stage ever empty: a
+  // layer bound for stage s enters it or is already in it while the stage's own layers leave).
+  std::mt19937 rng(7);
+  for (int S = 2; S <= 4; ++S) {
+    auto random_partition = [&] {
+      std::vector<size_t> cuts;
+      for (size_t c = 1; c < 8; ++c) cuts.push_back(c);
+      std::shuffle(cuts.begin(), cuts.end(), rng);
+      cuts.resize(static_cast<size_t>(S - 1));
+      std::sort(cuts.begin(), cuts.end());
+      Partition p;
+      size_t b = 0;
+      for (size_t c : cuts) p.push_back({b, c}), b = c;
+      p.push_back({b, 8});
+      return p;
+    };
+    for (int trial = 0; trial < 200; ++trial) {
+      const Partition a = random_partition(), b = random_partition();
+      const std::vector<Partition> chain = one_stage_steps(a, b);
+      if (a == b) {
+        EXPECT_TRUE(chain.empty());
+        continue;
+      }
+      ASSERT_FALSE(chain.empty());
+      EXPECT_LE(chain.size(), static_cast<size_t>(S - 1));
+      EXPECT_EQ(chain.back(), b);
+      StageLayout l(a);
+      int64_t k = 1;
+      for (const Partition& p : chain) {
+        l.add_live_migration(p, k);
+        k += 2 * S;  // after the previous move's last forward switch (K + S - 1 at most)
+      }
+    }
+  }
 }
 
 TEST(Relayout, LayerMovesBetweenPartitions) {

@@ -57,7 +57,8 @@ TEST(LiveRepartitionCli, APolicyThatNeverMovesRunsAsThePlainRun) {
 // live --migrate-at run to the proposed partitions at those steps.
 void expect_live_moves(const std::string& name, const std::string& args,
                        const std::string& launcher, int slowed, int first_apply,
-                       const std::string& policy = "vpipe", int decided = 4, int from = 1) {
+                       const std::string& policy = "vpipe", int decided = 4, int from = 1,
+                       bool chained = false) {
   const std::string dir = strata::testing::fresh_temp_dir("strata_live_repartition_" + name);
   const TrainRun moved = train_run(
       dir, "moved",
@@ -65,28 +66,36 @@ void expect_live_moves(const std::string& name, const std::string& args,
           ",kind=slow,factor=20\" --repartition " + policy + " --repartition-every 4",
       launcher);
   ASSERT_EQ(moved.status, 0) << moved.output;
-  std::string migrate_at;
   std::vector<nlohmann::json> applied;
   for (const nlohmann::json& r : moved.of("repartition")) {
-    if (!r["applied"].get<bool>()) continue;
-    applied.push_back(r);
-    migrate_at += " --migrate-at " + std::to_string(r["apply_step"].get<int>()) + ":" +
-                  r["proposed"].get<std::string>();
+    if (r["applied"].get<bool>()) applied.push_back(r);
   }
   ASSERT_FALSE(applied.empty()) << moved.output;
   EXPECT_EQ(applied[0]["step"], decided) << applied[0];
   EXPECT_EQ(applied[0]["apply_step"], first_apply) << applied[0];
-  ASSERT_EQ(moved.of("migration").size(), applied.size()) << moved.output;
-  for (size_t i = 0; i < applied.size(); ++i) {
-    const nlohmann::json& m = moved.of("migration")[i];
-    EXPECT_EQ(m["step"], applied[i]["apply_step"]) << m;
-    EXPECT_EQ(m["partition"], applied[i]["proposed"]) << m;
-    EXPECT_EQ(m["mode"], "live") << m;
-    EXPECT_GT(m["bytes"].get<double>(), 0.0) << m;
+  // Each decision's move goes at its apply_step, to its partition (a layer that goes further than
+  // a stage: a chain of moves, the last to the proposed partition).
+  std::string migrate_at;
+  const std::vector<nlohmann::json>& moves = moved.of("migration");
+  ASSERT_GE(moves.size(), applied.size()) << moved.output;
+  size_t m = 0;
+  for (const nlohmann::json& r : applied) {
+    ASSERT_LT(m, moves.size()) << r;
+    EXPECT_EQ(moves[m]["step"], r["apply_step"]) << moves[m];
+    while (m < moves.size() && moves[m]["partition"] != r["proposed"]) ++m;
+    ASSERT_LT(m, moves.size()) << "no move to " << r["proposed"];
+    ++m;
   }
-  EXPECT_TRUE(
-      contains(moved.of("migration")[0]["moves"].get<std::string>(), std::to_string(slowed) + "->"))
-      << moved.of("migration")[0];
+  EXPECT_EQ(m, moves.size()) << moved.output;
+  if (chained) EXPECT_GT(moves.size(), applied.size()) << "no chain of moves";
+  for (const nlohmann::json& mv : moves) {
+    EXPECT_EQ(mv["mode"], "live") << mv;
+    EXPECT_GT(mv["bytes"].get<double>(), 0.0) << mv;
+    migrate_at += " --migrate-at " + std::to_string(mv["step"].get<int>()) + ":" +
+                  mv["partition"].get<std::string>();
+  }
+  EXPECT_TRUE(contains(moves[0]["moves"].get<std::string>(), std::to_string(slowed) + "->"))
+      << moves[0];
   EXPECT_TRUE(contains(moved.output, "layers moved live")) << moved.output;
   const TrainRun replay = train_run(dir, "replay", args + migrate_at, launcher);
   ASSERT_EQ(replay.status, 0) << replay.output;
@@ -120,6 +129,18 @@ TEST(LiveRepartitionCli, AStageMayGiveAllOfItsLayersAway) {
                              "--stages 4 --micro-batches 4 --partition "
                              "conv1,bn1-pool1,conv2,bn2-fc2"),
                     "", 2, 10, "dynpipe-no-rf", 8, 4);
+}
+
+// 3 stages, the last (10 of the 12 layers) slowed: vpipe gives relu1 and pool1 to stage 0, two
+// stages away. The move goes as a chain: every layer one stage before step 6 (K = 12), relu1 and
+// pool1 on to stage 0 before step 7, the first step after the first move's last forward switch
+// (micro-batch 13).
+TEST(LiveRepartitionCli, ALayerThatGoesTwoStagesMovesAStageAtATime) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "no Fashion-MNIST";
+  expect_live_moves(
+      "local_chain",
+      cnn_args("--local", "--stages 3 --micro-batches 2 --partition conv1,bn1,relu1-fc2"), "", 2, 6,
+      "vpipe", 4, 1, true);
 }
 
 // 2 groups of 2 stages (GroPipe): both groups' pipelines move the same layers at the same
