@@ -144,7 +144,7 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
       // A decided move has not gone yet (an asynchronous run drains for it later): this window
       // measured the layout it leaves.
       r.decision.partition = current;
-      r.decision.reason = due_step_ > step + 1
+      r.decision.reason = due_step_ > step
                               ? "the move decided before goes before step " +
                                     std::to_string(due_step_) + ": no decision until it has"
                               : "the move decided before step " + std::to_string(due_step_) +
@@ -164,14 +164,6 @@ std::optional<RepartitionRecord> RepartitionLoop::absorb(int64_t step,
     }
     r.proposed = partition_string(r.decision.partition, names_);
     pending_apply_ = -1;
-    if (r.decision.apply && move_check_) {
-      const std::string why = move_check_(current, r.decision.partition);
-      if (!why.empty()) {
-        r.decision.apply = false;
-        last_move_.reset();
-        r.decision.reason += "; but " + why + ": kept";
-      }
-    }
     if (r.decision.apply) {
       pending_apply_ =
           apply_step_ ? apply_step_(step + 2, current, r.decision.partition) : step + 2;

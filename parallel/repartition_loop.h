@@ -113,10 +113,6 @@ class RepartitionLoop {
   using ApplyStep =
       std::function<int64_t(int64_t earliest, const Partition& from, const Partition& to)>;
   void set_apply_step(ApplyStep apply_step) { apply_step_ = std::move(apply_step); }
-  // Whether the layers can move from one partition to another ("" if so, else why not; rank 0
-  // asks it for every move it decides, which is then not applied). Unset: any move can.
-  using MoveCheck = std::function<std::string(const Partition& from, const Partition& to)>;
-  void set_move_check(MoveCheck check) { move_check_ = std::move(check); }
   // Refuses what the loop does not support (errors name --repartition): an asynchronous schedule
   // other than async-1f1b with --migration live (`live_async`) without --migration restart, and
   // one with swapped layers (their prefetches are laid out for the asynchronous run before a
@@ -180,7 +176,6 @@ class RepartitionLoop {
   int64_t due_step_ = -1;
   int64_t learned_at_ = -1;  // the step whose exchange told the due move
   ApplyStep apply_step_;
-  MoveCheck move_check_;
 };
 
 }  // namespace strata::parallel

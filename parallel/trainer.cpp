@@ -66,17 +66,6 @@ std::optional<std::pair<int, int>> split_tied_stages(const graph::Model& model,
   return split;
 }
 
-void add_memory_stats(StageMemoryStats* total, const StageMemoryStats& s) {
-  total->records_created += s.records_created;
-  total->records_released += s.records_released;
-  total->max_micro_batches = std::max(total->max_micro_batches, s.max_micro_batches);
-  total->swapped_out_bytes += s.swapped_out_bytes;
-  total->swapped_in_bytes += s.swapped_in_bytes;
-  total->recompute_seconds += s.recompute_seconds;
-  total->recomputed_layers += s.recomputed_layers;
-  total->swap_wait_seconds += s.swap_wait_seconds;
-}
-
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -461,7 +450,6 @@ TrainSummary Trainer::run() {
     repartition.set_apply_step([&](int64_t earliest, const Partition& from, const Partition& to) {
       return live_apply_step(stretch, earliest, total, live_moves.last_forward, from, to);
     });
-    repartition.set_move_check(live_move_check);
   } else if (!sync) {
     repartition.set_apply_step([&](int64_t earliest, const Partition&, const Partition&) {
       return async_cut_step(stretch, earliest, total, first);
@@ -470,7 +458,7 @@ TrainSummary Trainer::run() {
   StageMemoryStats memory;  // over the executors of every layout this run had
   auto settle = [&] {       // a live migration's run drained: the final layout's store
     executor->finish();
-    add_memory_stats(&memory, executor->memory_stats());
+    add_memory_counters(executor->memory_stats(), &memory);
     const int64_t steps_done = executor->optimizer_steps();
     settle_live_migration(executor, live_repartition ? live_moves.moves : pipeline_.migrations,
                           live_repartition ? first : pipeline_.partition);  // records: observer
@@ -518,7 +506,7 @@ TrainSummary Trainer::run() {
       if (trace != nullptr) trace->record_span("migration", step_start, step_start);
       const int64_t steps_done = executor->optimizer_steps();
       executor->finish();
-      add_memory_stats(&memory, executor->memory_stats());
+      add_memory_counters(executor->memory_stats(), &memory);
       executor.reset();               // it holds the store that is about to be replaced
       injector.at_migration(m.step);  // --inject kind=fail,at=migration
       const MigrationRecord record = relayout(m, trace.get());
@@ -755,7 +743,7 @@ TrainSummary Trainer::run() {
   executor->finish();
 
   // Per-stage utilization and memory, gathered on every rank (reported by rank 0).
-  add_memory_stats(&memory, executor->memory_stats());
+  add_memory_counters(executor->memory_stats(), &memory);
   StageReport mine{rank_,
                    group_,
                    stage_,

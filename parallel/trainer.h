@@ -377,8 +377,7 @@ class Trainer {
   // move from `from` to `to` decided with `earliest` goes (the run's program from step `begin`;
   // the previous move's last forward switch `last_forward`): the first whose first micro-batch
   // comes after every forward any stage has run once steps [begin, earliest) ran; -1 if the move
-  // (its chain of one-stage moves, one_stage_steps) cannot end in the run. And whether the layers
-  // can move from one partition to the other live ("" if so).
+  // (its chain of one-stage moves, one_stage_steps) cannot end in the run.
   bool repartitions_live() const;
   void check_live_repartition() const;
   // The run's live moves: the moves, the last one's last forward switch (micro-batch), and the
@@ -398,7 +397,6 @@ class Trainer {
                         int64_t step);
   int64_t live_apply_step(int64_t begin, int64_t earliest, int64_t total, int64_t last_forward,
                           const Partition& from, const Partition& to) const;
-  static std::string live_move_check(const Partition& from, const Partition& to);
   std::pair<size_t, size_t> store_range() const;
   std::unique_ptr<graph::ParamStore> make_store(size_t begin, size_t end);
   std::unique_ptr<LiveMigrationConfig> live_migration_config();

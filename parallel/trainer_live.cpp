@@ -185,12 +185,6 @@ void Trainer::live_step_begins(LiveMoves* live, const Executor& executor, Repart
   live->switched = -1;
 }
 
-std::string Trainer::live_move_check(const Partition& from, const Partition& to) {
-  if (from == to || !one_stage_steps(from, to).empty()) return "";
-  return "--migration live moves each layer a stage at a time, and on the way a stage would hold "
-         "no layer";
-}
-
 int64_t Trainer::live_apply_step(int64_t begin, int64_t earliest, int64_t total,
                                  int64_t last_forward, const Partition& from,
                                  const Partition& to) const {

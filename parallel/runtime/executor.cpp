@@ -184,20 +184,14 @@ Executor::~Executor() {
 StageMemoryStats Executor::memory_stats() const {
   StageMemoryStats core = memory_.stats();
   if (live_ == nullptr) return core;
-  StageMemoryStats whole = core;
+  StageMemoryStats whole;
   const size_t L = model_.size();
-  whole.first_layer = 0;
   whole.layer_forward_seconds.assign(L, 0.0);
   whole.layer_backward_seconds.assign(L, 0.0);
   whole.layer_output_bytes.assign(L, 0.0);
   whole.layer_activation_bytes.assign(L, 0.0);
-  for (size_t i = 0; i < core.layer_forward_seconds.size(); ++i) {
-    const size_t l = core.first_layer + i;
-    whole.layer_forward_seconds[l] = core.layer_forward_seconds[i];
-    whole.layer_backward_seconds[l] = core.layer_backward_seconds[i];
-    whole.layer_output_bytes[l] = core.layer_output_bytes[i];
-    whole.layer_activation_bytes[l] = core.layer_activation_bytes[i];
-  }
+  add_memory_counters(core, &whole);
+  add_layer_stats(core, &whole);
   live_->add_layer_stats(&whole);
   return whole;
 }

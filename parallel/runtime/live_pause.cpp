@@ -350,11 +350,8 @@ double PausedStage::update(int64_t step) {
 void PausedStage::add_layer_stats(StageMemoryStats* whole) const {
   if (memory_ == nullptr) return;
   const StageMemoryStats part = memory_->stats();
-  for (size_t i = 0; i < part.layer_forward_seconds.size(); ++i) {
-    const size_t l = part.first_layer + i - whole->first_layer;
-    whole->layer_forward_seconds.at(l) += part.layer_forward_seconds[i];
-    whole->layer_backward_seconds.at(l) += part.layer_backward_seconds[i];
-  }
+  add_memory_counters(part, whole);
+  parallel::add_layer_stats(part, whole);
 }
 
 void PausedStage::add_migration(const Partition&, int64_t, const std::string& what) {

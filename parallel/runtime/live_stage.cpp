@@ -506,13 +506,18 @@ void LiveStage::hand_off(Block& b, const Tensor& before) {
   for (size_t s = 0; s < graph::optimizer_slot_names(optimizer_).size(); ++s) {
     own(b.store->state(s));
   }
-  const StageMemoryStats times = b.memory->stats();
-  handed_forward_.resize(model_.size(), 0.0);
-  handed_backward_.resize(model_.size(), 0.0);
-  for (size_t i = 0; i < times.layer_forward_seconds.size(); ++i) {
-    handed_forward_[times.first_layer + i] += times.layer_forward_seconds[i];
-    handed_backward_[times.first_layer + i] += times.layer_backward_seconds[i];
+  // Its statistics stay with this stage; the layers' bytes are their new stage's to report.
+  StageMemoryStats times = b.memory->stats();
+  std::fill(times.layer_output_bytes.begin(), times.layer_output_bytes.end(), 0.0);
+  std::fill(times.layer_activation_bytes.begin(), times.layer_activation_bytes.end(), 0.0);
+  if (handed_.layer_forward_seconds.empty()) {
+    for (auto* v : {&handed_.layer_forward_seconds, &handed_.layer_backward_seconds,
+                    &handed_.layer_output_bytes, &handed_.layer_activation_bytes}) {
+      v->assign(model_.size(), 0.0);
+    }
   }
+  add_memory_counters(times, &handed_);
+  parallel::add_layer_stats(times, &handed_);
   b.memory.reset();
   b.versions.reset();
   b.optimizer.reset();
@@ -541,34 +546,16 @@ void LiveStage::restore_latest() {
   }
 }
 
-namespace {
-
-// Adds `part`'s per-layer times (and its bytes, where it measured them) to `whole`'s.
-void add_layers(const StageMemoryStats& part, StageMemoryStats* whole) {
-  for (size_t i = 0; i < part.layer_forward_seconds.size(); ++i) {
-    const size_t l = part.first_layer + i - whole->first_layer;
-    whole->layer_forward_seconds.at(l) += part.layer_forward_seconds[i];
-    whole->layer_backward_seconds.at(l) += part.layer_backward_seconds[i];
-    if (part.layer_output_bytes[i] > 0)
-      whole->layer_output_bytes.at(l) = part.layer_output_bytes[i];
-    if (part.layer_activation_bytes[i] > 0) {
-      whole->layer_activation_bytes.at(l) = part.layer_activation_bytes[i];
-    }
-  }
-  whole->records_created += part.records_created;
-  whole->records_released += part.records_released;
-}
-
-}  // namespace
-
 void LiveStage::add_layer_stats(StageMemoryStats* whole) const {
   for (const auto& b : blocks_) {
-    if (b->memory) add_layers(b->memory->stats(), whole);
+    if (!b->memory) continue;
+    const StageMemoryStats part = b->memory->stats();
+    add_memory_counters(part, whole);
+    parallel::add_layer_stats(part, whole);
   }
-  for (size_t l = 0; l < handed_forward_.size(); ++l) {
-    whole->layer_forward_seconds.at(l - whole->first_layer) += handed_forward_[l];
-    whole->layer_backward_seconds.at(l - whole->first_layer) += handed_backward_[l];
-  }
+  if (handed_.layer_forward_seconds.empty()) return;
+  add_memory_counters(handed_, whole);
+  parallel::add_layer_stats(handed_, whole);
 }
 
 int64_t LiveStage::live_records() const {

@@ -210,9 +210,9 @@ class LiveStage : public MovingLayers {
   std::vector<std::unique_ptr<Communicator>> hop_comms_;  // this stage's hops' communicators
   std::vector<std::unique_ptr<Block>> blocks_;            // in layer order
   LiveStageStats stats_;
-  // Per model layer: the seconds of the blocks' forwards and backwards on this stage before
-  // their hand-offs (their StageMemory goes with them).
-  std::vector<double> handed_forward_, handed_backward_;
+  // Over every layer of the model: the statistics of the blocks this stage handed off (their
+  // StageMemory goes with them), without their bytes.
+  StageMemoryStats handed_;
 };
 
 }  // namespace strata::parallel

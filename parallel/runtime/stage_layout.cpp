@@ -115,11 +115,14 @@ std::vector<Partition> one_stage_steps(const Partition& from, const Partition& t
   std::vector<Partition> out;
   while (now != goal) {
     // Clamped toward the goal, the owners stay non-decreasing in the layer: contiguous stages.
+    // None empties: if stage s's layers all leave, a layer bound for s is in a neighbour (it
+    // enters) or further away, and then the neighbour between, whose layers are bound past it,
+    // moves into s.
     for (size_t l = 0; l < layers; ++l) now[l] = std::clamp(goal[l], now[l] - 1, now[l] + 1);
     Partition p(from.size(), LayerRange{0, 0});
     for (size_t s = 0; s < p.size(); ++s) {
       const auto first = std::find(now.begin(), now.end(), static_cast<int>(s));
-      if (first == now.end()) return {};  // stage s would hold no layer
+      STRATA_CHECK(first != now.end()) << "one_stage_steps: stage " << s << " emptied";
       const size_t b = static_cast<size_t>(first - now.begin());
       size_t e = b;
       while (e < layers && now[e] == static_cast<int>(s)) ++e;

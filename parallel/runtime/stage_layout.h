@@ -39,8 +39,8 @@ struct BoundaryMove {
 
 // The partitions a live move from `from` to `to` goes through, each moving every layer at most
 // one stage toward `to` (its stage clamped to within one of the stage it is on), the last one `to`:
-// one partition when no layer moves more than one stage, and none when the two are the same.
-// Empty too when a stage would hold no layer on the way (the move cannot go live).
+// one partition when no layer moves more than one stage, and none when the two are the same. At
+// most S - 1 of them; no stage is ever empty on the way (both ends being partitions).
 std::vector<Partition> one_stage_steps(const Partition& from, const Partition& to);
 
 class StageLayout {

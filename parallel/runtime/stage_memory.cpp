@@ -349,4 +349,28 @@ void StageMemory::poll() {
 
 bool StageMemory::relieve_pressure() { return copies_ != nullptr && copies_->drain_to_host(); }
 
+void add_memory_counters(const StageMemoryStats& part, StageMemoryStats* total) {
+  total->records_created += part.records_created;
+  total->records_released += part.records_released;
+  total->max_micro_batches = std::max(total->max_micro_batches, part.max_micro_batches);
+  total->swapped_out_bytes += part.swapped_out_bytes;
+  total->swapped_in_bytes += part.swapped_in_bytes;
+  total->recompute_seconds += part.recompute_seconds;
+  total->recomputed_layers += part.recomputed_layers;
+  total->swap_wait_seconds += part.swap_wait_seconds;
+}
+
+void add_layer_stats(const StageMemoryStats& part, StageMemoryStats* whole) {
+  for (size_t i = 0; i < part.layer_forward_seconds.size(); ++i) {
+    const size_t l = part.first_layer + i - whole->first_layer;
+    whole->layer_forward_seconds.at(l) += part.layer_forward_seconds[i];
+    whole->layer_backward_seconds.at(l) += part.layer_backward_seconds[i];
+    if (part.layer_output_bytes[i] > 0)
+      whole->layer_output_bytes.at(l) = part.layer_output_bytes[i];
+    if (part.layer_activation_bytes[i] > 0) {
+      whole->layer_activation_bytes.at(l) = part.layer_activation_bytes[i];
+    }
+  }
+}
+
 }  // namespace strata::parallel

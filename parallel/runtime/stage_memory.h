@@ -76,6 +76,13 @@ struct StageMemoryStats {
 using LayerObserver =
     std::function<void(size_t layer, bool backward, int64_t step, double seconds)>;
 
+// Adds `part`'s counters (records, swap bytes, recompute, waits; the most micro-batches at once)
+// to `total`'s: the statistics of several StageMemory (a run's executors, a stage's moved layers).
+void add_memory_counters(const StageMemoryStats& part, StageMemoryStats* total);
+// Adds `part`'s per-layer seconds to `whole`'s (each indexed from its first_layer; `whole`'s
+// vectors cover `part`'s layers) and takes its per-sample bytes where it measured them.
+void add_layer_stats(const StageMemoryStats& part, StageMemoryStats* whole);
+
 class StageMemory {
  public:
   // Layers [begin, end) of `model`, whose parameters and buffers `store` holds. `copies` serves

@@ -311,32 +311,6 @@ TEST(RepartitionLoop, OffDoesNothingAndUnsupportedRunsAreRefused) {
   RepartitionLoop::check(on, false, false, false, true);  // async-1f1b moving live
 }
 
-// A move the run cannot make (here: the move check of a live run, a layer going two stages) is
-// not applied, and the record says why; nothing is due.
-TEST(RepartitionLoop, AMoveTheMoveCheckRefusesIsNotApplied) {
-  RepartitionConfig config;
-  config.policy = "vpipe";
-  config.every = 2;
-  RepartitionLoop loop(config, {"a", "b", "c", "d"}, 0, 0, 2, 1, 40);
-  std::vector<std::pair<Partition, Partition>> asked;
-  loop.set_move_check([&](const Partition& from, const Partition& to) {
-    asked.push_back({from, to});
-    return std::string("layer c would move two stages");
-  });
-  const RepartitionLoop::Ranges start{{0, 2}, {2, 4}};
-  auto rec = loop.absorb(3, sums({1, 1, 3, 3}, {2, 6}), start);
-  ASSERT_TRUE(rec);
-  EXPECT_FALSE(rec->decision.apply);
-  EXPECT_EQ(rec->apply_step, 0);
-  EXPECT_NE(rec->decision.reason.find("; but layer c would move two stages: kept"),
-            std::string::npos)
-      << rec->decision.reason;
-  ASSERT_EQ(asked.size(), 1u);
-  EXPECT_EQ(asked[0].first, (Partition{{0, 2}, {2, 4}}));
-  EXPECT_FALSE(loop.absorb(4, {0, 0}, start));
-  for (int64_t step = 4; step < 8; ++step) EXPECT_FALSE(loop.due(step)) << step;
-}
-
 // A live move keeps the executor: migrated(&now) starts the window from its layer times then, so
 // the next window measures only its own steps (from zero, it would add every step before).
 TEST(RepartitionLoop, AKeptExecutorsLayerTimesGoOnFromTheMove) {
